@@ -1,0 +1,252 @@
+import type { WindowTable } from './counter-table.js'
+import { ConfigError, type StoreError, usageRangeError } from './errors.js'
+import type { Namespace } from './namespace.js'
+import { retryAfterMs as computeRetryAfterMs } from './window.js'
+
+/** One limit: at most `limit` hits per sliding `window` seconds. */
+export interface LimitSpec {
+  /** Hits allowed per window (a positive number). */
+  readonly limit: number
+  /** Window size in seconds; must be one of the namespace's `windowSizes`. */
+  readonly window: number
+  /** Policy name in headers. @default `${limit}-in-${window}s` */
+  readonly name?: string
+}
+
+/** Options of `rl.limiter()`. */
+export interface LimiterOptions {
+  /** The namespace whose counters the limiter uses. @default "default" */
+  readonly namespace?: string
+  /** Checked together; the most restrictive decides. */
+  readonly limits: readonly LimitSpec[]
+  /** Whether a denied hit still counts (Kong's penalty). @default true */
+  readonly countDenied?: boolean
+}
+
+/** The state of one limit after a decision. */
+export interface LimitState {
+  readonly name: string
+  readonly limit: number
+  /** Window size, seconds. */
+  readonly window: number
+  /** Whole hits left: `floor(max(0, limit - rate))`. */
+  readonly remaining: number
+  /** Sliding rate after the hit (before it, when it was not counted). */
+  readonly rate: number
+  /** Ms until the current window of this limit ends. */
+  readonly resetMs: number
+  /** Ms until a hit of the same cost would be allowed by this limit; 0 when it is now. */
+  readonly retryAfterMs: number
+}
+
+/**
+ * The answer to one hit. Being denied is a normal answer, not an error. The fields describe the
+ * limit that decided: the denying limit with the longest wait, or when allowed the limit with
+ * the fewest hits left (the larger window on a tie).
+ */
+export interface Decision extends LimitState {
+  readonly allowed: boolean
+  /** Every limit's state, when the limiter has more than one. */
+  readonly policies?: readonly LimitState[]
+  /** Set when the store failed and `onStoreError` decided the outcome. */
+  readonly storeError?: StoreError
+}
+
+interface Limit {
+  readonly name: string
+  readonly limit: number
+  readonly window: number
+  readonly table: WindowTable
+}
+
+/**
+ * Decides hits against limits over a namespace's sliding-window counters. In local and
+ * periodic namespaces `hit` returns a Decision synchronously; in synchronous ones, a Promise.
+ *
+ * @example
+ * const limiter = rl.limiter({ namespace: 'api', limits: [{ limit: 100, window: 60 }] })
+ * const d = limiter.hit('1.2.3.4')
+ * if (!d.allowed) console.log(`retry in ${d.retryAfterMs} ms`)
+ */
+export class Limiter {
+  readonly namespace: Namespace
+  readonly countDenied: boolean
+  private readonly limits: readonly Limit[]
+  private readonly tables: readonly WindowTable[]
+  private readonly rates: Float64Array
+  private readonly before: Float64Array
+
+  constructor(namespace: Namespace, options: LimiterOptions) {
+    if (typeof options !== 'object' || options === null) throw new ConfigError('INVALID_OPTION', 'limiter options must be an object')
+    const { limits, countDenied = true } = options
+    if (!Array.isArray(limits) || limits.length === 0)
+      throw new ConfigError('INVALID_OPTION', 'limits must be a non-empty array of { limit, window }')
+    if (typeof countDenied !== 'boolean')
+      throw new ConfigError('INVALID_OPTION', `countDenied must be a boolean, got ${String(countDenied)}`)
+    const seen = new Set<number>()
+    this.limits = limits.map((spec: LimitSpec, i: number) => {
+      if (typeof spec !== 'object' || spec === null) throw new ConfigError('INVALID_OPTION', `limits[${i}] must be { limit, window }`)
+      const { limit, window } = spec
+      if (typeof limit !== 'number' || !Number.isFinite(limit) || limit <= 0)
+        throw new ConfigError('INVALID_OPTION', `limits[${i}].limit must be a positive number, got ${String(limit)}`)
+      if (!namespace.windowSizes.includes(window))
+        throw new ConfigError(
+          'INVALID_OPTION',
+          `limits[${i}].window ${String(window)} is not one of namespace "${namespace.name}"'s windowSizes [${namespace.windowSizes.join(', ')}]`,
+        )
+      if (seen.has(window)) throw new ConfigError('INVALID_OPTION', `limits[${i}].window ${window} appears twice`)
+      seen.add(window)
+      const name = spec.name ?? `${limit}-in-${window}s`
+      if (typeof name !== 'string' || name.length === 0)
+        throw new ConfigError('INVALID_OPTION', `limits[${i}].name must be a non-empty string, got ${String(name)}`)
+      return { name, limit, window, table: namespace.table(window) }
+    })
+    this.namespace = namespace
+    this.countDenied = countDenied
+    this.tables = this.limits.map((l) => l.table)
+    this.rates = new Float64Array(this.limits.length)
+    this.before = new Float64Array(this.limits.length)
+  }
+
+  /** Decides a hit of `cost` for `key` and counts it (if allowed, or always with `countDenied`). */
+  hit(key: string, cost = 1): Decision | Promise<Decision> {
+    const ns = this.namespace
+    ns.check(key, cost)
+    if (cost < 0) throw usageRangeError('INVALID_VALUE', `cost must be >= 0, got ${cost}`)
+    const nowMs = ns.clock()
+    if (ns.mode === 'synchronous') return this.hitRemote(key, cost, nowMs)
+    if (this.limits.length === 1) {
+      const l = this.limits[0] as Limit
+      const table = l.table
+      const rate = table.decide(key, cost, l.limit, this.countDenied, nowMs)
+      const allowed = table.lastAllowed
+      const resetMs = table.sizeMs - (nowMs % table.sizeMs)
+      const remaining = l.limit - rate
+      return {
+        allowed,
+        name: l.name,
+        limit: l.limit,
+        window: l.window,
+        remaining: remaining > 0 ? Math.floor(remaining) : 0,
+        rate,
+        resetMs,
+        retryAfterMs: allowed ? 0 : this.retryAfter(l, key, cost, nowMs),
+      }
+    }
+    const { rates, before } = this
+    let allowed = true
+    for (let i = 0; i < this.limits.length; i++) {
+      const l = this.limits[i] as Limit
+      const rate = l.table.rate(key, nowMs)
+      before[i] = rate
+      rates[i] = rate
+      if (rate + cost > l.limit) allowed = false
+    }
+    if (allowed || this.countDenied) {
+      for (let i = 0; i < this.limits.length; i++) rates[i] = (this.limits[i] as Limit).table.add(key, cost, nowMs)
+    }
+    return this.decision(key, cost, nowMs, allowed, undefined)
+  }
+
+  /** The decision a hit of cost 1 would get now, without counting anything. */
+  peek(key: string): Decision | Promise<Decision> {
+    const ns = this.namespace
+    ns.check(key, 1)
+    const nowMs = ns.clock()
+    if (ns.mode === 'synchronous') {
+      return ns.pushKey(key, this.tables, nowMs).then(
+        () => this.peekLocal(key, nowMs, undefined),
+        (err: unknown) => this.peekLocal(key, nowMs, err as StoreError),
+      )
+    }
+    return this.peekLocal(key, nowMs, undefined)
+  }
+
+  /** Resets `key` in every window of the namespace (fleet-wide when the namespace syncs). */
+  reset(key: string): Promise<void> {
+    return this.namespace.resetKey(key)
+  }
+
+  private peekLocal(key: string, nowMs: number, storeError: StoreError | undefined): Decision {
+    let allowed = true
+    for (let i = 0; i < this.limits.length; i++) {
+      const l = this.limits[i] as Limit
+      const rate = l.table.rate(key, nowMs)
+      this.rates[i] = rate
+      this.before[i] = rate
+      if (rate + 1 > l.limit) allowed = false
+    }
+    if (storeError !== undefined) allowed = this.namespace.onStoreError === 'allow'
+    return this.decision(key, 1, nowMs, allowed, storeError)
+  }
+
+  private async hitRemote(key: string, cost: number, nowMs: number): Promise<Decision> {
+    const ns = this.namespace
+    const tables = this.tables
+    // One round trip: count, push, read the totals back; the store orders concurrent hits.
+    for (const table of tables) table.add(key, cost, nowMs)
+    let storeError: StoreError | undefined
+    try {
+      await ns.pushKey(key, tables, nowMs)
+    } catch (err) {
+      storeError = err as StoreError
+    }
+    let allowed = true
+    for (let i = 0; i < this.limits.length; i++) {
+      const l = this.limits[i] as Limit
+      const rate = l.table.rate(key, nowMs)
+      this.rates[i] = rate
+      this.before[i] = rate - cost
+      if (rate > l.limit) allowed = false
+    }
+    if (storeError !== undefined) allowed = ns.onStoreError === 'allow'
+    if (!allowed && !this.countDenied) {
+      for (let i = 0; i < this.limits.length; i++) {
+        this.rates[i] = (this.limits[i] as Limit).table.add(key, -cost, nowMs)
+      }
+      // the store has the hit: take it back in the background (retried on failure)
+      if (storeError === undefined) void ns.pushKey(key, tables, nowMs).catch(() => undefined)
+    }
+    return this.decision(key, cost, nowMs, allowed, storeError)
+  }
+
+  private decision(key: string, cost: number, nowMs: number, allowed: boolean, storeError: StoreError | undefined): Decision {
+    const states: LimitState[] = []
+    let decider = 0
+    for (let i = 0; i < this.limits.length; i++) {
+      const l = this.limits[i] as Limit
+      const rate = this.rates[i] as number
+      const remaining = l.limit - rate
+      const retryAfterMs = (this.before[i] as number) + cost > l.limit ? this.retryAfter(l, key, cost, nowMs) : 0
+      states.push({
+        name: l.name,
+        limit: l.limit,
+        window: l.window,
+        remaining: remaining > 0 ? Math.floor(remaining) : 0,
+        rate,
+        resetMs: l.table.sizeMs - (nowMs % l.table.sizeMs),
+        retryAfterMs,
+      })
+    }
+    for (let i = 1; i < states.length; i++) {
+      const s = states[i] as LimitState
+      const d = states[decider] as LimitState
+      const better =
+        s.retryAfterMs > d.retryAfterMs ||
+        (s.retryAfterMs === d.retryAfterMs && (s.remaining < d.remaining || (s.remaining === d.remaining && s.window > d.window)))
+      if (better) decider = i
+    }
+    const d = states[decider] as LimitState
+    const decision: Decision = { allowed, ...d }
+    return {
+      ...decision,
+      ...(states.length > 1 ? { policies: states } : {}),
+      ...(storeError !== undefined ? { storeError } : {}),
+    }
+  }
+
+  private retryAfter(l: Limit, key: string, cost: number, nowMs: number): number {
+    const { current, previous } = l.table.counts(key, nowMs)
+    return computeRetryAfterMs(current, previous, nowMs, l.table.sizeMs, l.limit, cost)
+  }
+}

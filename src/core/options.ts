@@ -1,0 +1,178 @@
+import type { Clock } from './clock.js'
+import { ConfigError } from './errors.js'
+import { isStrategy, type Strategy } from './strategy.js'
+
+/** What to do when the store fails during a synchronous (`syncRate: 0`) hit. */
+export type OnStoreError = 'local' | 'allow' | 'deny'
+
+/** Options of `rl.new()`: one namespace. */
+export interface NamespaceOptions {
+  /** The namespace's name; defining a name twice in one instance throws. @default "default" */
+  namespace?: string
+  /** Local counter dictionary; namespaces naming the same dict share it and its `maxKeys`. @default "default" */
+  dict?: string
+  /**
+   * Seconds between syncs with the store: `> 0` periodic (at least 0.001), `0` synchronous
+   * (every hit goes to the store), `< 0` local only (no store).
+   * @default -1
+   */
+  syncRate?: number
+  /** "memory" | "redis" | "postgres" | "memcached" (as registered), or a strategy object. Required when `syncRate >= 0`. */
+  strategy?: string | Strategy
+  /** Options for a strategy given by name (a client, a url, a prefix, ...). */
+  strategyOpts?: Record<string, unknown>
+  /** Window sizes in whole seconds, such as `[1, 60, 3600]`. */
+  windowSizes: readonly number[]
+  /** Returns the time in epoch ms. @default cachedClock (Date.now(), cached within one event-loop turn, at most 64 reads) */
+  clock?: Clock
+  /** Most key-windows the dict holds before it evicts (see CounterDict). @default 1_000_000 */
+  maxKeys?: number
+  /** Synchronous mode only: what a hit does when the store fails or times out. @default "local" */
+  onStoreError?: OnStoreError
+  /** Longest wait for one store call, ms; a slower call counts as a failure. @default 1000 */
+  storeTimeoutMs?: number
+  /** Arm the periodic sync timer on `new()`; false leaves syncing to your calls of `sync()`. @default true */
+  autoSync?: boolean
+  /** Key-windows per store call in a sync; bigger syncs are split. @default 2048 */
+  batchSize?: number
+  /** Identifies this process to the store; random by default. Must be unique per live process. */
+  nodeId?: string
+  /** Called with every store failure (the engine itself never prints). */
+  onError?: (error: Error) => void
+}
+
+export type SyncMode = 'local' | 'periodic' | 'synchronous'
+
+/** Options after validation. */
+export interface ResolvedNamespaceOptions {
+  readonly namespace: string
+  readonly dict: string
+  readonly syncRate: number
+  readonly mode: SyncMode
+  readonly strategy: string | Strategy | undefined
+  readonly strategyOpts: Record<string, unknown>
+  readonly windowSizes: readonly number[]
+  readonly clock: Clock | undefined
+  readonly maxKeys: number | undefined
+  readonly onStoreError: OnStoreError
+  readonly storeTimeoutMs: number
+  readonly autoSync: boolean
+  readonly batchSize: number
+  readonly nodeId: string | undefined
+  readonly onError: ((error: Error) => void) | undefined
+}
+
+function show(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value)
+  if (typeof value === 'function') return 'a function'
+  if (Array.isArray(value)) return `[${value.map(show).join(', ')}]`
+  if (typeof value === 'object' && value !== null) return 'an object'
+  return String(value)
+}
+
+function invalid(option: string, expected: string, value: unknown): ConfigError {
+  return new ConfigError('INVALID_OPTION', `${option} must be ${expected}, got ${show(value)}`)
+}
+
+/** Checks `new()` options once, naming the option and the value on failure. */
+export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: string) => boolean): ResolvedNamespaceOptions {
+  if (typeof raw !== 'object' || raw === null) throw invalid('options', 'an object', raw)
+  const o = raw as Record<string, unknown>
+  const known = new Set([
+    'namespace',
+    'dict',
+    'syncRate',
+    'strategy',
+    'strategyOpts',
+    'windowSizes',
+    'clock',
+    'maxKeys',
+    'onStoreError',
+    'storeTimeoutMs',
+    'autoSync',
+    'batchSize',
+    'nodeId',
+    'onError',
+  ])
+  for (const name of Object.keys(o)) {
+    if (!known.has(name)) {
+      const hint = name === 'sync_rate' || name === 'window_sizes' || name === 'strategy_opts' ? ' (options are camelCase here)' : ''
+      throw new ConfigError('INVALID_OPTION', `unknown option "${name}"${hint}`)
+    }
+  }
+  const namespace = o.namespace ?? 'default'
+  if (typeof namespace !== 'string' || namespace.length === 0 || namespace.includes('|'))
+    throw invalid('namespace', 'a non-empty string without "|"', namespace)
+  const dict = o.dict ?? 'default'
+  if (typeof dict !== 'string' || dict.length === 0) throw invalid('dict', 'a non-empty string', dict)
+
+  const syncRate = o.syncRate ?? -1
+  if (typeof syncRate !== 'number' || !Number.isFinite(syncRate)) throw invalid('syncRate', 'a finite number of seconds', syncRate)
+  if (syncRate > 0 && syncRate < 0.001) throw invalid('syncRate', '0 (synchronous), < 0 (local) or at least 0.001 s', syncRate)
+  const mode: SyncMode = syncRate < 0 ? 'local' : syncRate === 0 ? 'synchronous' : 'periodic'
+
+  const strategy = o.strategy
+  if (strategy !== undefined) {
+    if (typeof strategy === 'string') {
+      if (!knownStrategy(strategy)) throw new ConfigError('UNKNOWN_STRATEGY', `strategy ${show(strategy)} is not a known strategy name`)
+    } else if (!isStrategy(strategy)) {
+      throw invalid(
+        'strategy',
+        'a strategy name or an object with name, pushDiffs, getCounters, getWindow, resetKey, purge and close',
+        strategy,
+      )
+    }
+  } else if (mode !== 'local') {
+    throw new ConfigError('MISSING_STRATEGY', `syncRate ${syncRate} needs a strategy (a name such as "memory" or a strategy object)`)
+  }
+  const strategyOpts = o.strategyOpts ?? {}
+  if (typeof strategyOpts !== 'object' || strategyOpts === null || Array.isArray(strategyOpts))
+    throw invalid('strategyOpts', 'an object', strategyOpts)
+
+  const windowSizes = o.windowSizes
+  if (!Array.isArray(windowSizes) || windowSizes.length === 0)
+    throw invalid('windowSizes', 'a non-empty array of whole seconds', windowSizes)
+  for (const size of windowSizes) {
+    if (typeof size !== 'number' || !Number.isInteger(size) || size <= 0) throw invalid('windowSizes', 'positive integers (seconds)', size)
+  }
+  if (new Set(windowSizes).size !== windowSizes.length) throw invalid('windowSizes', 'without duplicates', windowSizes)
+
+  const clock = o.clock
+  if (clock !== undefined && typeof clock !== 'function') throw invalid('clock', 'a function returning epoch ms', clock)
+  const maxKeys = o.maxKeys
+  if (maxKeys !== undefined && (typeof maxKeys !== 'number' || !Number.isInteger(maxKeys) || maxKeys < 1))
+    throw invalid('maxKeys', 'a positive integer', maxKeys)
+  const onStoreError = o.onStoreError ?? 'local'
+  if (onStoreError !== 'local' && onStoreError !== 'allow' && onStoreError !== 'deny')
+    throw invalid('onStoreError', '"local", "allow" or "deny"', onStoreError)
+  const storeTimeoutMs = o.storeTimeoutMs ?? 1000
+  if (typeof storeTimeoutMs !== 'number' || !Number.isFinite(storeTimeoutMs) || storeTimeoutMs <= 0)
+    throw invalid('storeTimeoutMs', 'a positive number of ms', storeTimeoutMs)
+  const autoSync = o.autoSync ?? true
+  if (typeof autoSync !== 'boolean') throw invalid('autoSync', 'a boolean', autoSync)
+  const batchSize = o.batchSize ?? 2048
+  if (typeof batchSize !== 'number' || !Number.isInteger(batchSize) || batchSize < 1)
+    throw invalid('batchSize', 'a positive integer', batchSize)
+  const nodeId = o.nodeId
+  if (nodeId !== undefined && (typeof nodeId !== 'string' || nodeId.length === 0)) throw invalid('nodeId', 'a non-empty string', nodeId)
+  const onError = o.onError
+  if (onError !== undefined && typeof onError !== 'function') throw invalid('onError', 'a function', onError)
+
+  return {
+    namespace,
+    dict,
+    syncRate,
+    mode,
+    strategy: strategy as string | Strategy | undefined,
+    strategyOpts: strategyOpts as Record<string, unknown>,
+    windowSizes: [...windowSizes] as number[],
+    clock: clock as Clock | undefined,
+    maxKeys: maxKeys as number | undefined,
+    onStoreError,
+    storeTimeoutMs,
+    autoSync,
+    batchSize,
+    nodeId: nodeId as string | undefined,
+    onError: onError as ((error: Error) => void) | undefined,
+  }
+}

@@ -1,0 +1,223 @@
+import { StoreError } from '../core/errors.js'
+import { type CounterRow, type DiffBatch, type Strategy, windowExpiresAtMs } from '../core/strategy.js'
+import { windowStartSec } from '../core/window.js'
+
+/** Options of {@link MemoryStrategy}. */
+export interface MemoryStrategyOptions {
+  /** How long a window outlives the two windows a rate can read, ms. @default 10_000 */
+  readonly graceMs?: number
+}
+
+interface NodeSlot {
+  count: number
+  seq: number
+}
+
+interface StoredWindow {
+  readonly namespace: string
+  readonly key: string
+  readonly windowStart: number
+  readonly windowSize: number
+  readonly nodes: Map<string, NodeSlot>
+  /** Set by a reset: minus the total at that moment. */
+  offset: number
+  expiresAtMs: number
+}
+
+type Fault = { kind: 'down' } | { kind: 'hang'; waiters: Array<() => void> }
+
+function storeKey(namespace: string, windowSize: number, windowStart: number, key: string): string {
+  return `${namespace}\u0000${windowSize}\u0000${windowStart}\u0000${key}`
+}
+
+function total(w: StoredWindow): number {
+  let sum = w.offset
+  for (const slot of w.nodes.values()) sum += slot.count
+  return sum
+}
+
+/**
+ * An in-process central store. Several `RateLimiting` instances given the same MemoryStrategy
+ * behave like several processes sharing one store, which makes it the reference for the
+ * strategy contract and the stand-in for a real store in tests. It can inject faults: a push
+ * that fails, a push applied whose reply is lost, an outage, a hang, a restart that loses data.
+ *
+ * @example
+ * const store = new MemoryStrategy()
+ * a.new({ namespace: 'api', windowSizes: [60], syncRate: 0.1, strategy: store })
+ * b.new({ namespace: 'api', windowSizes: [60], syncRate: 0.1, strategy: store })
+ */
+export class MemoryStrategy implements Strategy {
+  readonly name = 'memory'
+  readonly supportsDecimals = true
+  /** Calls received, by method, for tests and diagnostics. */
+  readonly calls = { pushDiffs: 0, getCounters: 0, getWindow: 0, resetKey: 0, purge: 0 }
+  private readonly graceMs: number
+  private readonly windows = new Map<string, StoredWindow>()
+  private fault: Fault | undefined
+  private failPushes = 0
+  private loseReplies = 0
+  private nextSweepMs = 0
+
+  constructor(options: MemoryStrategyOptions = {}) {
+    const graceMs = options.graceMs ?? 10_000
+    if (typeof graceMs !== 'number' || !Number.isFinite(graceMs) || graceMs < 0)
+      throw new RangeError(`graceMs must be a finite number >= 0, got ${String(graceMs)}`)
+    this.graceMs = graceMs
+  }
+
+  /** Key-windows stored now. */
+  get size(): number {
+    return this.windows.size
+  }
+
+  /** The next `n` pushes fail before anything is applied. */
+  failNextPushes(n = 1): void {
+    this.failPushes += n
+  }
+
+  /** The next `n` pushes are applied, but their replies are lost (the caller sees an error). */
+  loseNextReplies(n = 1): void {
+    this.loseReplies += n
+  }
+
+  /** Every call fails at once until `up()`. */
+  down(): void {
+    this.release()
+    this.fault = { kind: 'down' }
+  }
+
+  /** Every call waits, unanswered, until `up()` (then it fails as if the connection dropped). */
+  hang(): void {
+    this.release()
+    this.fault = { kind: 'hang', waiters: [] }
+  }
+
+  /** Ends `down()` or `hang()`. */
+  up(): void {
+    this.release()
+  }
+
+  /** Loses every stored window, as a store restarted without persistence does. */
+  restart(): void {
+    this.windows.clear()
+  }
+
+  async pushDiffs(batch: DiffBatch): Promise<CounterRow[]> {
+    this.calls.pushDiffs++
+    await this.gate()
+    if (this.failPushes > 0) {
+      this.failPushes--
+      throw new StoreError('STORE_UNAVAILABLE', this.name, 'injected failure: push not applied')
+    }
+    this.sweep(batch.nowMs)
+    const rows: CounterRow[] = []
+    for (const w of batch.windows) {
+      const id = storeKey(batch.namespace, w.windowSize, w.windowStart, w.key)
+      let stored = this.windows.get(id)
+      if (stored === undefined) {
+        stored = {
+          namespace: batch.namespace,
+          key: w.key,
+          windowStart: w.windowStart,
+          windowSize: w.windowSize,
+          nodes: new Map(),
+          offset: 0,
+          expiresAtMs: 0,
+        }
+        this.windows.set(id, stored)
+      }
+      const slot = stored.nodes.get(batch.nodeId)
+      if (slot === undefined) stored.nodes.set(batch.nodeId, { count: w.count, seq: batch.seq })
+      else if (batch.seq > slot.seq) {
+        slot.count = w.count
+        slot.seq = batch.seq
+      }
+      stored.expiresAtMs = windowExpiresAtMs(w.windowStart, w.windowSize, this.graceMs)
+      rows.push(this.row(stored, batch.nodeId))
+    }
+    for (const r of batch.refresh) {
+      const stored = this.windows.get(storeKey(batch.namespace, r.windowSize, r.windowStart, r.key))
+      rows.push(
+        stored ? this.row(stored, batch.nodeId) : { key: r.key, windowStart: r.windowStart, windowSize: r.windowSize, count: 0, own: 0 },
+      )
+    }
+    if (this.loseReplies > 0) {
+      this.loseReplies--
+      throw new StoreError('STORE_REPLY_LOST', this.name, 'injected failure: push applied, reply lost')
+    }
+    return rows
+  }
+
+  async *getCounters(namespace: string, windowSizes: readonly number[], timeSec: number, nodeId = ''): AsyncIterable<CounterRow> {
+    this.calls.getCounters++
+    await this.gate()
+    const wanted = new Set<string>()
+    for (const size of windowSizes) {
+      const start = windowStartSec(timeSec * 1000, size)
+      wanted.add(`${size}\u0000${start}`).add(`${size}\u0000${start - size}`)
+    }
+    const rows: CounterRow[] = []
+    for (const w of this.windows.values()) {
+      if (w.namespace === namespace && wanted.has(`${w.windowSize}\u0000${w.windowStart}`)) rows.push(this.row(w, nodeId))
+    }
+    yield* rows
+  }
+
+  async getWindow(key: string, namespace: string, windowStart: number, windowSize: number, nodeId = ''): Promise<CounterRow> {
+    this.calls.getWindow++
+    await this.gate()
+    const stored = this.windows.get(storeKey(namespace, windowSize, windowStart, key))
+    return stored ? this.row(stored, nodeId) : { key, windowStart, windowSize, count: 0, own: 0 }
+  }
+
+  async resetKey(namespace: string, key: string, windowSizes: readonly number[], nowMs: number): Promise<void> {
+    this.calls.resetKey++
+    await this.gate()
+    for (const size of windowSizes) {
+      const start = windowStartSec(nowMs, size)
+      for (const windowStart of [start, start - size]) {
+        const stored = this.windows.get(storeKey(namespace, size, windowStart, key))
+        if (stored !== undefined) stored.offset -= total(stored)
+      }
+    }
+  }
+
+  async purge(namespace: string, _windowSizes: readonly number[], nowMs: number): Promise<void> {
+    this.calls.purge++
+    await this.gate()
+    for (const [id, w] of this.windows) {
+      if (w.namespace === namespace && w.expiresAtMs <= nowMs) this.windows.delete(id)
+    }
+  }
+
+  async close(): Promise<void> {
+    this.release()
+  }
+
+  private row(w: StoredWindow, nodeId: string): CounterRow {
+    return { key: w.key, windowStart: w.windowStart, windowSize: w.windowSize, count: total(w), own: w.nodes.get(nodeId)?.count ?? 0 }
+  }
+
+  // Expired windows go in one pass at most once a second of store time: memory stays bounded
+  // without a timer per key.
+  private sweep(nowMs: number): void {
+    if (nowMs < this.nextSweepMs) return
+    this.nextSweepMs = nowMs + 1000
+    for (const [id, w] of this.windows) if (w.expiresAtMs <= nowMs) this.windows.delete(id)
+  }
+
+  private async gate(): Promise<void> {
+    const fault = this.fault
+    if (fault === undefined) return
+    if (fault.kind === 'down') throw new StoreError('STORE_UNAVAILABLE', this.name, 'injected outage: store is down')
+    await new Promise<void>((resolve) => fault.waiters.push(resolve))
+    throw new StoreError('STORE_UNAVAILABLE', this.name, 'injected hang: connection dropped')
+  }
+
+  private release(): void {
+    const fault = this.fault
+    this.fault = undefined
+    if (fault?.kind === 'hang') for (const wake of fault.waiters) wake()
+  }
+}
