@@ -1,6 +1,7 @@
 import type { WindowTable } from './counter-table.js'
 import { ConfigError, type StoreError, usageRangeError } from './errors.js'
 import type { Namespace } from './namespace.js'
+import type { CounterRow } from './strategy.js'
 import { retryAfterMs as computeRetryAfterMs } from './window.js'
 
 /** One limit: at most `limit` hits per sliding `window` seconds. */
@@ -155,11 +156,11 @@ export class Limiter {
     const nowMs = ns.clock()
     if (ns.mode === 'synchronous') {
       return ns.pushKey(key, this.tables, nowMs).then(
-        () => this.peekLocal(key, nowMs, undefined),
-        (err: unknown) => this.peekLocal(key, nowMs, err as StoreError),
+        (rows) => this.peekLocal(key, nowMs, undefined, rows),
+        (err: unknown) => this.peekLocal(key, nowMs, err as StoreError, undefined),
       )
     }
-    return this.peekLocal(key, nowMs, undefined)
+    return this.peekLocal(key, nowMs, undefined, undefined)
   }
 
   /** Resets `key` in every window of the namespace (fleet-wide when the namespace syncs). */
@@ -167,11 +168,11 @@ export class Limiter {
     return this.namespace.resetKey(key)
   }
 
-  private peekLocal(key: string, nowMs: number, storeError: StoreError | undefined): Decision {
+  private peekLocal(key: string, nowMs: number, storeError: StoreError | undefined, rows: CounterRow[] | undefined): Decision {
     let allowed = true
     for (let i = 0; i < this.limits.length; i++) {
       const l = this.limits[i] as Limit
-      const rate = l.table.rate(key, nowMs)
+      const rate = this.namespace.rowsRate(l.table, key, rows, nowMs)
       this.rates[i] = rate
       this.before[i] = rate
       if (rate + 1 > l.limit) allowed = false
@@ -186,15 +187,16 @@ export class Limiter {
     // One round trip: count, push, read the totals back; the store orders concurrent hits.
     for (const table of tables) table.add(key, cost, nowMs)
     let storeError: StoreError | undefined
+    let rows: CounterRow[] | undefined
     try {
-      await ns.pushKey(key, tables, nowMs)
+      rows = await ns.pushKey(key, tables, nowMs)
     } catch (err) {
       storeError = err as StoreError
     }
     let allowed = true
     for (let i = 0; i < this.limits.length; i++) {
       const l = this.limits[i] as Limit
-      const rate = l.table.rate(key, nowMs)
+      const rate = ns.rowsRate(l.table, key, rows, nowMs)
       this.rates[i] = rate
       this.before[i] = rate - cost
       if (rate > l.limit) allowed = false

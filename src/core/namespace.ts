@@ -6,6 +6,7 @@ import { StoreError, toStoreError, usageRangeError, usageTypeError } from './err
 import type { OnStoreError, ResolvedNamespaceOptions, SyncMode } from './options.js'
 import type { CounterRow, Strategy, WindowPush, WindowRef } from './strategy.js'
 import { withTimeout } from './timeout.js'
+import { previousWeight, windowStartSec } from './window.js'
 
 /** Published with every store failure: `{ namespace, error }`. */
 export const storeErrorChannel = channel('ratelimiting:store-error')
@@ -115,7 +116,7 @@ export class Namespace {
     const nowMs = this.clock()
     if (this.mode !== 'synchronous') return table.add(key, value, nowMs)
     table.add(key, value, nowMs)
-    return this.pushKey(key, [table], nowMs).then(() => table.rate(key, nowMs))
+    return this.pushKey(key, [table], nowMs).then((rows) => this.rowsRate(table, key, rows, nowMs))
   }
 
   slidingWindow(key: string, windowSize: number, curDiff?: number): number | Promise<number> {
@@ -125,15 +126,38 @@ export class Namespace {
     const table = this.table(windowSize)
     const nowMs = this.clock()
     if (this.mode !== 'synchronous') return table.rate(key, nowMs, curDiff)
-    return this.pushKey(key, [table], nowMs).then(() => table.rate(key, nowMs, curDiff))
+    return this.pushKey(key, [table], nowMs).then((rows) =>
+      curDiff === undefined ? this.rowsRate(table, key, rows, nowMs) : table.rate(key, nowMs, curDiff),
+    )
+  }
+
+  /**
+   * The rate of `key` as the store answered one push: concurrent hits of this process that were
+   * sent later are not in it, so the store's order decides between concurrent hits. Without
+   * rows (the store failed, onStoreError "local") it is the local estimate.
+   */
+  rowsRate(table: WindowTable, key: string, rows: readonly CounterRow[] | undefined, nowMs: number): number {
+    if (rows === undefined) return table.rate(key, nowMs)
+    const size = table.sizeSec
+    const start = windowStartSec(nowMs, size)
+    let current: number | undefined
+    let previous: number | undefined
+    for (const row of rows) {
+      if (row.key !== key || row.windowSize !== size) continue
+      if (row.windowStart === start) current = row.count
+      else if (row.windowStart === start - size) previous = row.count
+    }
+    if (current === undefined || previous === undefined) return table.rate(key, nowMs)
+    return current + previous * previousWeight(nowMs, table.sizeMs)
   }
 
   /**
    * One round trip for one key (synchronous mode): writes its unsynced windows in `tables`,
-   * reads back the rest. On failure the hits stay local and unsynced (a retry is scheduled);
-   * with `onStoreError` "allow"/"deny" the StoreError is rethrown for the caller to decide.
+   * reads back the rest, and resolves with the store's rows. On failure the hits stay local and
+   * unsynced (a retry is scheduled) and it resolves with undefined; with `onStoreError`
+   * "allow"/"deny" the StoreError is rethrown for the caller to decide.
    */
-  async pushKey(key: string, tables: readonly WindowTable[], nowMs: number): Promise<void> {
+  async pushKey(key: string, tables: readonly WindowTable[], nowMs: number): Promise<CounterRow[] | undefined> {
     const windows: WindowPush[] = []
     const refresh: WindowRef[] = []
     for (const table of tables) table.collectKey(key, nowMs, windows, refresh)
@@ -146,10 +170,12 @@ export class Namespace {
         'pushDiffs',
       )
       this.applyRows(rows, nowMs, true)
+      return rows
     } catch (err) {
       const error = this.report(err)
       if (windows.length > 0) this.scheduleRetry()
       if (this.onStoreError !== 'local') throw error
+      return undefined
     }
   }
 
