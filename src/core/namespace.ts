@@ -34,7 +34,10 @@ export interface NamespaceStats {
 }
 
 /** Resolves a strategy name to an object; set by the package's entry point. */
-export type StrategyResolver = (name: string, options: Record<string, unknown>) => Strategy | Promise<Strategy>
+export interface StrategyResolver {
+  create(name: string, options: Record<string, unknown>): Strategy | Promise<Strategy>
+  supportsDecimals(name: string): boolean
+}
 
 /**
  * One namespace: its window tables, its sync mode and its link to a strategy. Users reach it
@@ -50,6 +53,8 @@ export class Namespace {
   readonly nodeId: string
   readonly onStoreError: OnStoreError
   readonly dict: CounterDict
+  /** Whether the namespace's store holds decimal counts; decimal values are refused when not. */
+  readonly decimals: boolean
   private readonly options: ResolvedNamespaceOptions
   private readonly resolveStrategy: StrategyResolver
   private strategy: Strategy | undefined
@@ -83,6 +88,11 @@ export class Namespace {
     this.tables = options.windowSizes.map((size) => dict.addTable(options.namespace, size, synced))
     this.ownsStrategy = typeof options.strategy === 'string'
     if (synced && typeof options.strategy === 'object') this.strategy = options.strategy
+    this.decimals =
+      !synced ||
+      (typeof options.strategy === 'object'
+        ? options.strategy.supportsDecimals
+        : resolveStrategy.supportsDecimals(options.strategy as string))
     this.arm()
   }
 
@@ -105,9 +115,11 @@ export class Namespace {
     if (typeof value !== 'number') throw usageTypeError('INVALID_VALUE', `value must be a number, got ${typeof value}`)
     // value - value is NaN exactly for NaN and ±Infinity
     if (value - value !== 0) throw usageRangeError('INVALID_VALUE', `value must be finite, got ${value}`)
-    const strategy = this.strategy
-    if (strategy !== undefined && !strategy.supportsDecimals && !Number.isInteger(value))
-      throw usageRangeError('INVALID_VALUE', `value must be an integer with the ${strategy.name} strategy, got ${value}`)
+    if (!this.decimals && !Number.isInteger(value))
+      throw usageRangeError(
+        'INVALID_VALUE',
+        `value must be an integer: the ${this.strategy?.name ?? String(this.options.strategy)} strategy of namespace "${this.name}" cannot hold decimals, got ${value}`,
+      )
   }
 
   increment(key: string, windowSize: number, value: number): number | Promise<number> {
@@ -376,7 +388,7 @@ export class Namespace {
       const spec = this.options.strategy
       this.strategyLoading = (async () => {
         if (typeof spec !== 'string') throw new Error(`namespace "${this.name}" has no strategy`)
-        const strategy = await this.resolveStrategy(spec, this.options.strategyOpts)
+        const strategy = await this.resolveStrategy.create(spec, this.options.strategyOpts)
         this.strategy = strategy
         return strategy
       })()

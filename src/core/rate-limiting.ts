@@ -3,7 +3,7 @@ import { ConfigError, usageRangeError, usageTypeError } from './errors.js'
 import { Limiter, type LimiterOptions } from './limiter.js'
 import { Namespace, type NamespaceStats } from './namespace.js'
 import { type NamespaceOptions, resolveNamespaceOptions } from './options.js'
-import { createStrategy, hasStrategy } from './registry.js'
+import { createStrategy, hasStrategy, strategySupportsDecimals } from './registry.js'
 
 const DEFAULT_MAX_KEYS = 1_000_000
 
@@ -51,7 +51,10 @@ export class RateLimiting {
         `maxKeys ${resolved.maxKeys} conflicts with dict "${resolved.dict}", already defined with maxKeys ${dict.maxKeys}`,
       )
     }
-    this.namespaces.set(resolved.namespace, new Namespace(resolved, dict, createStrategy))
+    this.namespaces.set(
+      resolved.namespace,
+      new Namespace(resolved, dict, { create: createStrategy, supportsDecimals: strategySupportsDecimals }),
+    )
   }
 
   /**

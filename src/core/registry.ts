@@ -1,7 +1,13 @@
 import { ConfigError } from './errors.js'
 import type { Strategy, StrategyFactory } from './strategy.js'
 
-const factories = new Map<string, StrategyFactory>()
+/** What the engine knows of a registered strategy before it is made. */
+export interface StrategyInfo {
+  /** False when the store cannot hold decimal counts: decimal values are then refused per hit. @default true */
+  readonly supportsDecimals?: boolean
+}
+
+const factories = new Map<string, { factory: StrategyFactory; info: StrategyInfo }>()
 
 /**
  * Makes `strategy: name` available to every namespace. The package registers its built-ins
@@ -10,10 +16,15 @@ const factories = new Map<string, StrategyFactory>()
  * @example
  * registerStrategy('my-store', (opts) => new MyStrategy(opts))
  */
-export function registerStrategy(name: string, factory: StrategyFactory): void {
+export function registerStrategy(name: string, factory: StrategyFactory, info: StrategyInfo = {}): void {
   if (typeof name !== 'string' || name.length === 0) throw new ConfigError('INVALID_OPTION', 'strategy name must be a non-empty string')
   if (typeof factory !== 'function') throw new ConfigError('INVALID_OPTION', `strategy "${name}" needs a factory function`)
-  factories.set(name, factory)
+  factories.set(name, { factory, info })
+}
+
+/** Whether a registered strategy holds decimal counts (true for unknown names). */
+export function strategySupportsDecimals(name: string): boolean {
+  return factories.get(name)?.info.supportsDecimals ?? true
 }
 
 /** Whether `name` is a registered strategy. */
@@ -23,7 +34,7 @@ export function hasStrategy(name: string): boolean {
 
 /** Makes a strategy by name; loaded on demand, before the first store call. */
 export async function createStrategy(name: string, options: Record<string, unknown>): Promise<Strategy> {
-  const factory = factories.get(name)
-  if (factory === undefined) throw new ConfigError('UNKNOWN_STRATEGY', `strategy "${name}" is not registered`)
-  return factory(options)
+  const entry = factories.get(name)
+  if (entry === undefined) throw new ConfigError('UNKNOWN_STRATEGY', `strategy "${name}" is not registered`)
+  return entry.factory(options)
 }

@@ -475,3 +475,29 @@ describe('the local counter dict', () => {
     assert.equal(rl.increment('k', 60, 0.25), 0.75)
   })
 })
+
+describe('decimal values and stores', () => {
+  it('refuses a decimal value, naming the store, when the strategy cannot hold decimals', async () => {
+    const integerOnly = Object.assign(new MemoryStrategy(), { supportsDecimals: false })
+    const rl = instance()
+    rl.new({ windowSizes: [60], syncRate: 1, strategy: integerOnly, autoSync: false })
+    assert.throws(
+      () => rl.increment('k', 60, 0.5),
+      (err: unknown) =>
+        err instanceof RangeError &&
+        /value must be an integer: the memory strategy of namespace "default" cannot hold decimals, got 0\.5/.test(err.message),
+    )
+    assert.equal(rl.increment('k', 60, 2), 2)
+    await rl.close()
+  })
+
+  it('knows a registered strategy cannot hold decimals before it is loaded', async () => {
+    ratelimiting.registerStrategy('integer-memory', () => Object.assign(new MemoryStrategy(), { supportsDecimals: false }), {
+      supportsDecimals: false,
+    })
+    const rl = instance()
+    rl.new({ windowSizes: [60], syncRate: 1, strategy: 'integer-memory', autoSync: false })
+    assert.throws(() => rl.increment('k', 60, 1.5), /cannot hold decimals/)
+    await rl.close()
+  })
+})
