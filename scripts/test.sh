@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+[ -d node_modules ] || npm ci --no-audit --no-fund
 npm run --silent build
 npm run --silent typecheck
 npm run --silent lint

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The main job on a fresh machine: install what is missing, build, run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -d node_modules ] || npm ci --no-audit --no-fund
+npm run --silent build
+exec node --import tsx examples/engine.ts "$@"
