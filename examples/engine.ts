@@ -23,7 +23,8 @@ export async function runEngineExample(): Promise<{ allowed: number; denied: num
     else denied++
     await new Promise((resolve) => setTimeout(resolve, 10))
   }
-  for (const { rl } of fleet) await rl.sync('api')
+  // two rounds: the first pushes every process's hits, the second reads them all back
+  for (let round = 0; round < 2; round++) for (const { rl } of fleet) await rl.sync('api')
   const views = fleet.map(({ rl }) => rl.slidingWindow('client-42', 1, undefined, 'api') as number)
   await Promise.all(fleet.map(({ rl }) => rl.close()))
   return { allowed, denied, views }
