@@ -31,6 +31,9 @@ export class RateLimiting {
   readonly name: string
   private readonly namespaces = new Map<string, Namespace>()
   private readonly dicts = new Map<string, CounterDict>()
+  // the last namespace looked up: most callers use one, and a string compare beats a Map lookup
+  private lastName: string | undefined
+  private lastNamespace: Namespace | undefined
 
   private constructor(name: string) {
     this.name = name
@@ -106,6 +109,8 @@ export class RateLimiting {
   async close(): Promise<void> {
     const namespaces = [...this.namespaces.values()]
     this.namespaces.clear()
+    this.lastName = undefined
+    this.lastNamespace = undefined
     this.dicts.clear()
     const results = await Promise.allSettled(namespaces.map((ns) => ns.close()))
     const errors = results.flatMap((r) => (r.status === 'rejected' ? [r.reason as unknown] : []))
@@ -115,8 +120,13 @@ export class RateLimiting {
 
   /** @internal the namespace object, for the decisions and adapters. */
   namespace(name: string): Namespace {
+    if (name === this.lastName && this.lastNamespace !== undefined) return this.lastNamespace
     const ns = this.namespaces.get(name)
-    if (ns !== undefined) return ns
+    if (ns !== undefined) {
+      this.lastName = name
+      this.lastNamespace = ns
+      return ns
+    }
     if (typeof name !== 'string') throw usageTypeError('UNKNOWN_NAMESPACE', `namespace must be a string, got ${typeof name}`)
     throw usageRangeError('UNKNOWN_NAMESPACE', `namespace "${name}" is not defined in instance "${this.name}"; define it with new()`)
   }
