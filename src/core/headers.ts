@@ -41,8 +41,9 @@ function sfString(value: string): string {
 }
 
 function resetSeconds(state: LimitState, allowed: boolean): number {
-  // when denied, t matches Retry-After: draft-8 §5 says Retry-After should not point earlier than t
-  if (!allowed && Number.isFinite(state.retryAfterMs)) return Math.max(seconds(state.resetMs), seconds(state.retryAfterMs))
+  // when denied, t is the wait (a sliding window adds quota back before the window ends), so it
+  // matches Retry-After, which draft-8 §5 says should not point earlier than t
+  if (!allowed && Number.isFinite(state.retryAfterMs)) return Math.max(1, seconds(state.retryAfterMs))
   return seconds(state.resetMs)
 }
 

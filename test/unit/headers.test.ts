@@ -80,6 +80,22 @@ describe('rateLimitHeaders', () => {
     assert.equal(rateLimitHeaders(d, 'draft-6')['Retry-After'], String(retry))
   })
 
+  it('keeps t equal to Retry-After when a denial clears before the window ends', () => {
+    const clock = createFakeClock(MINUTE + 50_000)
+    const rl = RateLimiting.newInstance('early')
+    rl.new({ windowSizes: [60], clock: clock.now })
+    const limiter = rl.limiter({ limits: [{ limit: 10, window: 60 }], countDenied: false })
+    for (let i = 0; i < 10; i++) limiter.hit('k')
+    clock.set(MINUTE + 60_000 + 2_000) // previous 10 at weight 58/60: quota returns ~8 s in
+    const d = limiter.hit('k') as Decision
+    assert.equal(d.allowed, false)
+    assert.ok(d.retryAfterMs < d.resetMs)
+    const h = rateLimitHeaders(d, 'draft-8')
+    const retry = String(Math.ceil(d.retryAfterMs / 1000))
+    assert.equal(h['Retry-After'], retry)
+    assert.equal(h.RateLimit, `"10-in-60s";r=0;t=${retry}`)
+  })
+
   it('escapes policy names as structured field strings', () => {
     const clock = createFakeClock(MINUTE)
     const rl = RateLimiting.newInstance('names')
