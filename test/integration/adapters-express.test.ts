@@ -1,0 +1,381 @@
+import assert from 'node:assert/strict'
+import { createHash } from 'node:crypto'
+import { once } from 'node:events'
+import type { Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { after, describe, it } from 'node:test'
+import express, { type Express } from 'express'
+import { rateLimit } from 'express-rate-limit'
+import { createExpressMiddleware, RateLimitingStore } from '../../src/adapters/express.js'
+import { ConfigError, createFakeClock, MemoryStrategy, type Strategy } from '../../src/index.js'
+
+const MINUTE = 1_699_999_980_000 // a minute boundary
+const servers = new Set<Server>()
+const silent = { log() {}, error() {}, warn() {} }
+
+after(async () => {
+  for (const server of servers) {
+    server.closeAllConnections()
+    server.close()
+  }
+})
+
+async function listen(app: Express): Promise<string> {
+  const server = app.listen(0, '127.0.0.1')
+  servers.add(server)
+  await once(server, 'listening')
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+}
+
+function appWith(limiter: express.RequestHandler): Express {
+  const app = express()
+  app.use(limiter)
+  app.get('/', (_req, res) => {
+    res.send('ok')
+  })
+  app.get('/fail', (_req, res) => {
+    res.status(500).send('boom')
+  })
+  return app
+}
+
+const byHeader = (req: express.Request) => req.get('x-client') ?? 'anonymous'
+
+async function get(base: string, client = 'c1', path = '/', headers: Record<string, string> = {}): Promise<Response> {
+  const res = await fetch(base + path, {
+    headers: { 'x-client': client, ...headers },
+  })
+  await res.arrayBuffer()
+  return res
+}
+
+async function statuses(base: string, n: number, client = 'c1'): Promise<number[]> {
+  const out: number[] = []
+  for (let i = 0; i < n; i++) out.push((await get(base, client)).status)
+  return out
+}
+
+function pk(key: string): string {
+  return Buffer.from(createHash('sha256').update(key).digest('hex').slice(0, 12)).toString('base64')
+}
+
+describe('express-rate-limit with RateLimitingStore', () => {
+  it('answers 429 after the limit, with draft-8 headers value by value', async () => {
+    const clock = createFakeClock(MINUTE + 15_300) // 44.7 s left in the window
+    const store = new RateLimitingStore({ clock: clock.now })
+    const base = await listen(
+      appWith(
+        rateLimit({
+          windowMs: 60_000,
+          limit: 3,
+          standardHeaders: 'draft-8',
+          legacyHeaders: false,
+          keyGenerator: byHeader,
+          store,
+        }),
+      ),
+    )
+    const first = await get(base)
+    assert.equal(first.status, 200)
+    assert.equal(first.headers.get('ratelimit'), '"3-in-1min"; r=2; t=45')
+    assert.equal(first.headers.get('ratelimit-policy'), `"3-in-1min"; q=3; w=60; pk=:${pk('c1')}:`)
+    assert.equal(first.headers.get('retry-after'), null)
+    assert.equal((await get(base)).headers.get('ratelimit'), '"3-in-1min"; r=1; t=45')
+    assert.equal((await get(base)).headers.get('ratelimit'), '"3-in-1min"; r=0; t=45')
+    const denied = await get(base)
+    assert.equal(denied.status, 429)
+    // four hits (the denied one counts, as in express-rate-limit) are three allowed again when
+    // 4 * (1 - p) + 1 <= 3, half way through the next window: 44.7 s + 30 s
+    assert.equal(denied.headers.get('ratelimit'), '"3-in-1min"; r=0; t=75')
+    assert.equal(denied.headers.get('retry-after'), '75')
+    assert.equal((await get(base, 'c2')).status, 200, 'another key has its own count')
+  })
+
+  it('sends draft-6, draft-7 and legacy headers the way express-rate-limit computes them', async () => {
+    const clock = createFakeClock(MINUTE + 15_300)
+    const six = await listen(
+      appWith(
+        rateLimit({
+          windowMs: 60_000,
+          limit: 5,
+          standardHeaders: 'draft-6',
+          keyGenerator: byHeader,
+          store: new RateLimitingStore({ clock: clock.now }),
+        }),
+      ),
+    )
+    const seven = await listen(
+      appWith(
+        rateLimit({
+          windowMs: 60_000,
+          limit: 5,
+          standardHeaders: 'draft-7',
+          legacyHeaders: false,
+          keyGenerator: byHeader,
+          store: new RateLimitingStore({ clock: clock.now }),
+        }),
+      ),
+    )
+    const res6 = await get(six)
+    assert.equal(res6.headers.get('ratelimit-policy'), '5;w=60')
+    assert.equal(res6.headers.get('ratelimit-limit'), '5')
+    assert.equal(res6.headers.get('ratelimit-remaining'), '4')
+    assert.equal(res6.headers.get('ratelimit-reset'), '45')
+    assert.equal(res6.headers.get('x-ratelimit-limit'), '5')
+    assert.equal(res6.headers.get('x-ratelimit-remaining'), '4')
+    const reset = Number(res6.headers.get('x-ratelimit-reset'))
+    const expected = Math.ceil((Date.now() + 44_700) / 1000)
+    assert.ok(Math.abs(reset - expected) <= 1, `X-RateLimit-Reset ${reset} is the window end in epoch seconds (${expected})`)
+    const res7 = await get(seven)
+    assert.equal(res7.headers.get('ratelimit-policy'), '5;w=60')
+    assert.equal(res7.headers.get('ratelimit'), 'limit=5, remaining=4, reset=45')
+    assert.equal(res7.headers.get('x-ratelimit-limit'), null)
+  })
+
+  it('slides across a window boundary instead of granting a fresh burst', async () => {
+    const clock = createFakeClock(MINUTE + 50_000)
+    const store = new RateLimitingStore({ clock: clock.now })
+    const base = await listen(
+      appWith(
+        rateLimit({
+          windowMs: 60_000,
+          limit: 10,
+          keyGenerator: byHeader,
+          store,
+        }),
+      ),
+    )
+    assert.deepEqual(await statuses(base, 11), [...Array(10).fill(200), 429])
+    clock.set(MINUTE + 61_000) // 1 s into the next window: a fixed window would allow 10 again
+    assert.deepEqual(await statuses(base, 3), [429, 429, 429])
+    clock.set(MINUTE + 90_000) // half way through the window
+    // 11 hits of the previous window at weight 0.5 plus the 3 denied ones of this window: 8.5;
+    // a request passes while ceil(rate + 1) <= 10
+    assert.deepEqual(await statuses(base, 3), [200, 429, 429])
+    clock.set(MINUTE + 150_000) // the next window: 6 hits (1 allowed, 5 denied) at weight 0.5, so 7 pass
+    assert.deepEqual(await statuses(base, 9), [200, 200, 200, 200, 200, 200, 200, 429, 429])
+  })
+
+  it('takes back failed requests with skipFailedRequests (decrement)', async () => {
+    const clock = createFakeClock(MINUTE)
+    const store = new RateLimitingStore({ clock: clock.now })
+    const base = await listen(
+      appWith(
+        rateLimit({
+          windowMs: 60_000,
+          limit: 2,
+          skipFailedRequests: true,
+          keyGenerator: byHeader,
+          store,
+        }),
+      ),
+    )
+    for (let i = 0; i < 3; i++) assert.equal((await get(base, 'c1', '/fail')).status, 500)
+    // the decrement runs when the response finishes: let it land
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.deepEqual(await statuses(base, 3), [200, 200, 429])
+  })
+
+  it('resets a key through the rate limiter and reads it back with getKey', async () => {
+    const clock = createFakeClock(MINUTE)
+    const store = new RateLimitingStore({ clock: clock.now })
+    const limiter = rateLimit({
+      windowMs: 60_000,
+      limit: 2,
+      keyGenerator: byHeader,
+      store,
+    })
+    const base = await listen(appWith(limiter))
+    await statuses(base, 2)
+    assert.equal((await limiter.getKey('c1'))?.totalHits, 2)
+    assert.equal(await store.get('nobody'), undefined)
+    await limiter.resetKey('c1')
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.deepEqual(await statuses(base, 3), [200, 200, 429])
+  })
+
+  it('refuses a window that is not whole seconds, naming windowMs', () => {
+    const store = new RateLimitingStore()
+    assert.throws(
+      () =>
+        rateLimit({
+          windowMs: 1500,
+          limit: 2,
+          store,
+          logger: silent,
+          validate: false,
+        }) && store.increment('k'),
+      (err: unknown) => err instanceof ConfigError && /windowMs must be a whole number of seconds.*1500/.test(err.message),
+    )
+  })
+
+  sharedStoreCase('memory', () => new MemoryStrategy())
+})
+
+/**
+ * Two app instances (two engines, as two processes would have) share one store; together they
+ * stay within one limit. One line per store: `sharedStoreCase('redis', () => new RedisStrategy(...))`.
+ */
+function sharedStoreCase(name: string, makeStrategy: () => Strategy | Promise<Strategy>): void {
+  it(`keeps two app instances sharing one ${name} store within one limit`, async () => {
+    const strategy = await makeStrategy()
+    // near the real time: stores that expire keys by the clock see sane times
+    const clock = createFakeClock(Math.ceil(Date.now() / 60_000) * 60_000 + 5_000)
+    const namespace = `express-shared-${process.pid}-${Date.now()}`
+    const stores = [0, 1].map(() => new RateLimitingStore({ strategy, namespace, clock: clock.now }))
+    assert.equal(stores[0]?.localKeys, false)
+    const bases = await Promise.all(
+      stores.map((store) =>
+        listen(
+          appWith(
+            rateLimit({
+              windowMs: 60_000,
+              limit: 7,
+              keyGenerator: byHeader,
+              store,
+            }),
+          ),
+        ),
+      ),
+    )
+    const all = await Promise.all(Array.from({ length: 20 }, (_, i) => get(bases[i % 2] as string, 'shared')))
+    const codes = all.map((r) => r.status)
+    assert.equal(codes.filter((s) => s === 200).length, 7, `exactly the limit passes: ${codes.join(' ')}`)
+    assert.equal(codes.filter((s) => s === 429).length, 13)
+    for (const store of stores) await store.shutdown()
+    await strategy.close()
+  })
+}
+
+describe('createExpressMiddleware', () => {
+  it('checks several limits together and reports each in draft-8 headers', async () => {
+    const clock = createFakeClock(MINUTE + 15_300)
+    const mw = createExpressMiddleware({
+      limits: [
+        { limit: 2, windowMs: 1000 },
+        { limit: 5, windowMs: 60_000 },
+      ],
+      key: byHeader,
+      clock: clock.now,
+    })
+    assert.equal(mw.name, 'rateLimitMiddleware')
+    const base = await listen(appWith(mw))
+    const first = await get(base)
+    assert.equal(first.headers.get('ratelimit-policy'), '"2-in-1sec";q=2;w=1, "5-in-1min";q=5;w=60')
+    assert.equal(first.headers.get('ratelimit'), '"2-in-1sec";r=1;t=1, "5-in-1min";r=4;t=45')
+    assert.equal((await get(base)).status, 200)
+    const third = await get(base)
+    assert.equal(third.status, 429)
+    // the 1 s limit decides: 3 hits (the denied one counts) fall to 1 at 2/3 of the next second
+    assert.equal(third.headers.get('retry-after'), '2')
+    clock.advance(2000) // both earlier seconds are gone from the 1 s limit
+    assert.equal((await get(base)).status, 200)
+    assert.equal((await get(base)).status, 200)
+    assert.equal((await get(base)).status, 429, 'the minute limit (5, denied hits counted) decides now')
+  })
+
+  it('charges a cost per request, skips what skip says, and sends draft-7 and legacy headers', async () => {
+    const clock = createFakeClock(MINUTE + 15_300)
+    const base = await listen(
+      appWith(
+        createExpressMiddleware({
+          limit: 10,
+          windowMs: 60_000,
+          key: byHeader,
+          cost: (req) => Number(req.get('x-cost') ?? 1),
+          skip: (req) => req.get('x-skip') === 'yes',
+          headers: 'draft-7',
+          legacyHeaders: true,
+          clock: clock.now,
+        }),
+      ),
+    )
+    const heavy = await get(base, 'c1', '/', { 'x-cost': '6' })
+    assert.equal(heavy.headers.get('ratelimit'), 'limit=10, remaining=4, reset=45')
+    assert.equal(heavy.headers.get('ratelimit-policy'), '10;w=60')
+    assert.equal(heavy.headers.get('x-ratelimit-limit'), '10')
+    assert.equal(heavy.headers.get('x-ratelimit-remaining'), '4')
+    assert.equal(heavy.headers.get('x-ratelimit-reset'), String(Math.ceil((MINUTE + 60_000) / 1000)))
+    const skipped = await get(base, 'c1', '/', {
+      'x-skip': 'yes',
+      'x-cost': '100',
+    })
+    assert.equal(skipped.status, 200)
+    assert.equal(skipped.headers.get('ratelimit'), null, 'a skipped request gets no headers')
+    assert.equal((await get(base, 'c1', '/', { 'x-cost': '5' })).status, 429, '6 + 5 > 10')
+    assert.equal((await get(base, 'c1', '/', { 'x-cost': '4' })).status, 429, 'the denied hit of 5 counted')
+  })
+
+  it('lets a custom handler answer denials', async () => {
+    const clock = createFakeClock(MINUTE)
+    const base = await listen(
+      appWith(
+        createExpressMiddleware({
+          limit: 1,
+          key: byHeader,
+          clock: clock.now,
+          handler: (_req, res, _next, outcome) => {
+            res.status(429).json({
+              error: 'slow down',
+              retryAfterMs: outcome.decision.retryAfterMs,
+            })
+          },
+        }),
+      ),
+    )
+    await get(base)
+    const res = await fetch(base, { headers: { 'x-client': 'c1' } })
+    assert.equal(res.status, 429)
+    assert.deepEqual(await res.json(), {
+      error: 'slow down',
+      retryAfterMs: 120_000,
+    })
+  })
+
+  it('follows the fail policy when the store is down', async () => {
+    const strategy = new MemoryStrategy()
+    const clock = createFakeClock(MINUTE)
+    const deny = await listen(
+      appWith(
+        createExpressMiddleware({
+          limit: 5,
+          key: byHeader,
+          strategy,
+          onStoreError: 'deny',
+          clock: clock.now,
+        }),
+      ),
+    )
+    const allow = await listen(
+      appWith(
+        createExpressMiddleware({
+          limit: 5,
+          key: byHeader,
+          strategy,
+          onStoreError: 'allow',
+          clock: clock.now,
+          namespace: 'allow',
+        }),
+      ),
+    )
+    assert.equal((await get(deny)).status, 200)
+    strategy.down()
+    const refused = await get(deny)
+    assert.equal(refused.status, 503)
+    assert.equal(
+      await fetch(deny, { headers: { 'x-client': 'c1' } }).then((r) => r.text()),
+      'Rate limiting is unavailable, please try again later.',
+    )
+    assert.equal((await get(allow)).status, 200)
+    strategy.up()
+    assert.equal((await get(deny)).status, 200)
+  })
+
+  it('refuses bad options with errors that name them', () => {
+    assert.throws(() => createExpressMiddleware({ limit: 10, windowMs: 1500 }), /windowMs must be a whole number of seconds.*1500/)
+    assert.throws(() => createExpressMiddleware({ limit: -1 }), /limit must be a positive number, got -1/)
+    assert.throws(() => createExpressMiddleware({ limit: 1, headers: 'draft-99' as 'draft-8' }), /headers must be/)
+    assert.throws(() => createExpressMiddleware({ limits: [] }), /limits must be a non-empty array/)
+    assert.throws(() => createExpressMiddleware({ limit: 1, cost: -2 }), /cost must be a number >= 0/)
+  })
+})

@@ -1,0 +1,90 @@
+import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
+import { once } from 'node:events'
+import type { AddressInfo } from 'node:net'
+import { describe, it } from 'node:test'
+import { promisify } from 'node:util'
+import { createExpressApp } from '../../examples/express-rate-limit-store.js'
+import { buildFastifyApp } from '../../examples/fastify-store.js'
+import { createHonoApp } from '../../examples/hono-middleware.js'
+import { createFakeClock, MemoryStrategy } from '../../src/index.js'
+
+const run = promisify(execFile)
+
+describe('examples', () => {
+  it('express-rate-limit-store: two app instances share one store and one limit over real HTTP', async () => {
+    const strategy = new MemoryStrategy()
+    const servers = [createExpressApp({ limit: 3, strategy }), createExpressApp({ limit: 3, strategy })].map((app) =>
+      app.listen(0, '127.0.0.1'),
+    )
+    try {
+      await Promise.all(servers.map((s) => once(s, 'listening')))
+      const urls = servers.map((s) => `http://127.0.0.1:${(s.address() as AddressInfo).port}/`)
+      const codes: number[] = []
+      for (let i = 0; i < 5; i++) {
+        const res = await fetch(urls[i % 2] as string)
+        codes.push(res.status)
+        if (i === 0) {
+          assert.deepEqual(await res.json(), { hello: 'world' })
+          assert.match(res.headers.get('ratelimit') ?? '', /^"3-in-1min"; r=2; t=\d+$/)
+        } else await res.arrayBuffer()
+      }
+      assert.deepEqual(codes, [200, 200, 200, 429, 429])
+    } finally {
+      for (const s of servers) {
+        s.closeAllConnections()
+        s.close()
+      }
+      await strategy.close()
+    }
+  })
+
+  it('fastify-store: the app limits / and counts the login route apart', async () => {
+    const app = await buildFastifyApp({ max: 2 })
+    try {
+      const get = () => app.inject({ method: 'GET', url: '/' })
+      assert.deepEqual([(await get()).statusCode, (await get()).statusCode, (await get()).statusCode], [200, 200, 429])
+      const login = await app.inject({ method: 'POST', url: '/login' })
+      assert.equal(login.statusCode, 200)
+      assert.equal(login.headers['x-ratelimit-limit'], '5')
+      assert.equal(login.headers['x-ratelimit-remaining'], '4')
+    } finally {
+      await app.close()
+    }
+  })
+
+  it('hono-middleware: burst and steady limits, POST costs 2, health is skipped', async () => {
+    const clock = createFakeClock(1_699_999_980_000)
+    const app = createHonoApp({ clock: clock.now })
+    const call = (method: string, path: string) => app.request(path, { method, headers: { 'x-api-key': 'key-1' } })
+    const first = await call('POST', '/api/things')
+    assert.equal(first.status, 201)
+    assert.equal(first.headers.get('ratelimit'), '"burst";r=3;t=1, "steady";r=98;t=60')
+    assert.equal((await call('POST', '/api/things')).status, 201)
+    assert.equal((await call('GET', '/api/hello')).status, 200, '4 + 1 = 5 still fits the burst')
+    const over = await call('GET', '/api/hello')
+    assert.equal(over.status, 429)
+    // 6 hits (the denied one counts) weigh 5 - 1 = 4 a third of the way through the next second
+    assert.deepEqual(await over.json(), { error: 'rate limited', policy: 'burst', retryAfterMs: 1334 })
+    assert.equal((await call('GET', '/api/health')).status, 200)
+  })
+
+  it('simple: runs to completion and prints what the limiter decided', async () => {
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', 'examples/simple.ts'], { timeout: 30_000 })
+    const lines = stdout.trim().split('\n')
+    assert.equal(lines[0], 'local: allow allow allow allow allow deny deny')
+    const stats = JSON.parse((lines[1] as string).replace(/^stats: /, '')) as Record<string, unknown>
+    assert.deepEqual(Object.keys(stats), [
+      'FormattedWindowTime',
+      'CurrentWindowIndex',
+      'CurrentCounter',
+      'PreviousWindowIndex',
+      'PreviousWindowUsedPercent',
+      'PreviousWindowUseCount',
+      'RollingCounter',
+      'Allow',
+    ])
+    assert.equal(stats.Allow, false)
+    assert.equal(lines[2], 'shared: 5 of 20 concurrent calls allowed')
+  })
+})
