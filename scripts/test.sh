@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 [ -d node_modules ] || npm ci --no-audit --no-fund
+bash scripts/services.sh
 npm run --silent build
 npm run --silent typecheck
 npm run --silent lint

@@ -7,6 +7,21 @@ import { registerStrategy } from './core/registry.js'
 import { MemoryStrategy, type MemoryStrategyOptions } from './strategies/memory.js'
 
 registerStrategy('memory', (options) => new MemoryStrategy(options as MemoryStrategyOptions))
+// Stores with drivers load on demand, before the first store call: `strategy: "postgres"` works
+// without importing the subpath, and a user of the memory engine never loads a driver.
+registerStrategy(
+  'postgres',
+  async (options) => (await import('./strategies/postgres/index.js')).createPostgresStrategy({ migrate: true, ...options }),
+  { supportsDecimals: true },
+)
+registerStrategy(
+  'memcached',
+  async (options) => {
+    const { MemcachedStrategy } = await import('./strategies/memcached/index.js')
+    return new MemcachedStrategy(options as ConstructorParameters<typeof MemcachedStrategy>[0])
+  },
+  { supportsDecimals: false },
+)
 
 export type { Clock, FakeClock } from './core/clock.js'
 export { cachedClock, createFakeClock } from './core/clock.js'

@@ -1,0 +1,511 @@
+import pg from 'pg'
+import { ConfigError, StoreError } from '../../core/errors.js'
+import type { CounterRow, DiffBatch, Strategy, WindowPush } from '../../core/strategy.js'
+import { windowStartSec } from '../../core/window.js'
+import { ddl, isIdentifier, pageSql, purgeBatchSql, pushSql, RESET_NODE, resetSql, type TableNames, tableNames, windowSql } from './sql.js'
+
+/** The part of a `pg` pool client the strategy uses. */
+export type PgClientLike = Pick<pg.PoolClient, 'query' | 'release'>
+
+/** The part of a `pg.Pool` the strategy uses: it only checks clients out. */
+export interface PgPoolLike {
+  connect(): Promise<PgClientLike>
+}
+
+/** Options of {@link PostgresStrategy}. Give `pool` or `connectionString`, not both. */
+export interface PostgresStrategyOptions {
+  /** A `pg.Pool` you own: the strategy checks clients out of it and never ends it. */
+  readonly pool?: PgPoolLike
+  /** A connection URI; the strategy then opens (and on `close()` ends) a pool of its own. */
+  readonly connectionString?: string
+  /** Connections of the strategy's own pool (with `connectionString`). @default 10 */
+  readonly poolSize?: number
+  /** Schema of the counters table; created by `migrate()` if missing. @default "public" */
+  readonly schema?: string
+  /** Name of the counters table. @default "ratelimiting_counters" */
+  readonly table?: string
+  /** How long a window outlives the two windows a rate can read, ms. @default 10_000 */
+  readonly graceMs?: number
+  /**
+   * Longest wait for a connection or one statement, ms. On expiry the connection is destroyed
+   * (a hung connection never comes back to the pool) and the call fails with STORE_TIMEOUT.
+   * Keep it at or below the namespaces' `storeTimeoutMs`. @default 1000
+   */
+  readonly queryTimeoutMs?: number
+  /** Rows per page of `getCounters`. @default 1000 */
+  readonly pageSize?: number
+  /** Rows one purge statement deletes at most. @default 1000 */
+  readonly purgeBatchSize?: number
+  /** Purge statements one `purge()` runs at most per window size; the rest waits for the next run. @default 100 */
+  readonly purgeMaxBatches?: number
+  /**
+   * Pushes start a background purge of their namespace at most this often, ms (no timer: the
+   * purge rides on the traffic). 0 leaves purging to your calls of `purge()`. @default 60_000
+   */
+  readonly purgeIntervalMs?: number
+  /** Called with failures of background work (the automatic purge); the strategy never prints. */
+  readonly onError?: (error: Error) => void
+}
+
+/** What one purge run did. */
+export interface PurgeReport {
+  /** False when another process held the purge lock: this run deleted nothing. */
+  readonly locked: boolean
+  /** Rows deleted. */
+  readonly deleted: number
+  /** DELETE statements run. */
+  readonly batches: number
+}
+
+const SQLSTATE_UNDEFINED_TABLE = '42P01'
+// Up to this many written (and refreshed) windows a push uses the statement with a cached plan.
+const SMALL_BATCH = 16
+const CONNECTION_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'ENOTFOUND',
+  'EHOSTUNREACH',
+  '57P01',
+  '57P02',
+  '57P03',
+])
+
+// Postgres text cannot hold NUL; such keys (and keys that would look escaped) are stored as
+// \u0001 + JSON, which is injective and leaves every other key as it is.
+const ESCAPE = '\u0001'
+function encodeKey(key: string): string {
+  return key.includes('\u0000') || key.startsWith(ESCAPE) ? ESCAPE + JSON.stringify(key) : key
+}
+function decodeKey(stored: string): string {
+  return stored.startsWith(ESCAPE) ? (JSON.parse(stored.slice(1)) as string) : stored
+}
+
+function positiveInteger(name: string, value: unknown, fallback: number, min = 1): number {
+  const v = value ?? fallback
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min)
+    throw new ConfigError('INVALID_OPTION', `postgres: ${name} must be an integer >= ${min}, got ${String(value)}`)
+  return v
+}
+
+// numeric comes back as text; counts are sums of JS numbers, so Number() is exact for every
+// count the engine can have produced.
+function num(text: unknown): number {
+  return typeof text === 'string' ? Number(text) : typeof text === 'number' ? text : 0
+}
+
+interface Statement {
+  readonly name: string
+  readonly text: string
+}
+
+/**
+ * A central store in PostgreSQL (9.5+ for ON CONFLICT; tested on 15). Each process owns its own
+ * rows: one per key-window and node, holding its cumulative count and the `seq` of the batch
+ * that wrote it. A push is one statement (arrays bound as parameters, unnested), so a
+ * synchronous hit costs one round trip. Create the table with {@link PostgresStrategy.migrate}
+ * or the DDL in docs/STORES-postgres.md; the constructor has no side effects.
+ *
+ * @example
+ * const store = new PostgresStrategy({ pool })
+ * await store.migrate()
+ * rl.new({ namespace: 'api', windowSizes: [60], syncRate: 0.1, strategy: store })
+ */
+export class PostgresStrategy implements Strategy {
+  readonly name = 'postgres'
+  /** Counts are `numeric`: decimals are held exactly. */
+  readonly supportsDecimals = true
+  /** Statements sent, by kind, for tests and benchmarks. */
+  readonly calls = { push: 0, window: 0, page: 0, reset: 0, purge: 0 }
+  readonly names: TableNames
+  private readonly pool: PgPoolLike
+  private readonly ownPool: pg.Pool | undefined
+  private readonly graceMs: number
+  private readonly queryTimeoutMs: number
+  private readonly pageSize: number
+  private readonly purgeBatchSize: number
+  private readonly purgeMaxBatches: number
+  private readonly purgeIntervalMs: number
+  private readonly onError: ((error: Error) => void) | undefined
+  private readonly push: Statement
+  private readonly pushSmall: Statement
+  private readonly window: Statement
+  private readonly firstPage: Statement
+  private readonly nextPage: Statement
+  private readonly reset: Statement
+  private readonly purgeBatch: Statement
+  /** Per namespace: window sizes seen in pushes and when the next automatic purge is due. */
+  private readonly purgeState = new Map<string, { sizes: Set<number>; dueMs: number }>()
+  private readonly background = new Set<Promise<unknown>>()
+  private readonly guarded = new WeakSet<object>()
+  private closed = false
+
+  constructor(options: PostgresStrategyOptions) {
+    if (typeof options !== 'object' || options === null) throw new ConfigError('INVALID_OPTION', 'postgres: options must be an object')
+    const { pool, connectionString } = options
+    if ((pool === undefined) === (connectionString === undefined))
+      throw new ConfigError('INVALID_OPTION', 'postgres: give exactly one of pool (a pg.Pool) or connectionString')
+    const schema = options.schema ?? 'public'
+    const table = options.table ?? 'ratelimiting_counters'
+    if (!isIdentifier(schema))
+      throw new ConfigError(
+        'INVALID_OPTION',
+        `postgres: schema must be a plain identifier ([A-Za-z_][A-Za-z0-9_]*, 63 max), got ${JSON.stringify(schema)}`,
+      )
+    if (!isIdentifier(table) || table.length > 58)
+      throw new ConfigError(
+        'INVALID_OPTION',
+        `postgres: table must be a plain identifier ([A-Za-z_][A-Za-z0-9_]*, 58 max), got ${JSON.stringify(table)}`,
+      )
+    const graceMs = options.graceMs ?? 10_000
+    if (typeof graceMs !== 'number' || !Number.isFinite(graceMs) || graceMs < 0)
+      throw new ConfigError('INVALID_OPTION', `postgres: graceMs must be a finite number >= 0, got ${String(options.graceMs)}`)
+    this.graceMs = graceMs
+    this.queryTimeoutMs = positiveInteger('queryTimeoutMs', options.queryTimeoutMs, 1000)
+    this.pageSize = positiveInteger('pageSize', options.pageSize, 1000)
+    this.purgeBatchSize = positiveInteger('purgeBatchSize', options.purgeBatchSize, 1000)
+    this.purgeMaxBatches = positiveInteger('purgeMaxBatches', options.purgeMaxBatches, 100)
+    this.purgeIntervalMs = positiveInteger('purgeIntervalMs', options.purgeIntervalMs, 60_000, 0)
+    if (options.onError !== undefined && typeof options.onError !== 'function')
+      throw new ConfigError('INVALID_OPTION', 'postgres: onError must be a function')
+    this.onError = options.onError
+    if (pool !== undefined) {
+      if (typeof pool !== 'object' || pool === null || typeof pool.connect !== 'function')
+        throw new ConfigError('INVALID_OPTION', 'postgres: pool must be a pg.Pool (an object with connect())')
+      this.pool = pool
+    } else {
+      if (typeof connectionString !== 'string' || connectionString.length === 0)
+        throw new ConfigError('INVALID_OPTION', 'postgres: connectionString must be a non-empty string')
+      // pg.Pool connects lazily: constructing it opens nothing.
+      this.ownPool = new pg.Pool({
+        connectionString,
+        max: positiveInteger('poolSize', options.poolSize, 10),
+        connectionTimeoutMillis: this.queryTimeoutMs,
+      })
+      // an idle client's socket error must not crash the process; the next checkout reconnects
+      this.ownPool.on('error', (err) => this.onError?.(err))
+      this.pool = this.ownPool
+    }
+    this.names = tableNames(schema, table)
+    // Named statements are parsed once per connection; the name is unique per table.
+    const id = `rl_${schema}_${table}`.slice(0, 50)
+    this.push = { name: `${id}_push`, text: pushSql(this.names) }
+    this.pushSmall = { name: `${id}_push1`, text: pushSql(this.names, true) }
+    this.window = { name: `${id}_window`, text: windowSql(this.names) }
+    this.firstPage = { name: `${id}_page0`, text: pageSql(this.names, false) }
+    this.nextPage = { name: `${id}_page`, text: pageSql(this.names, true) }
+    this.reset = { name: `${id}_reset`, text: resetSql(this.names) }
+    this.purgeBatch = { name: `${id}_purge`, text: purgeBatchSql(this.names) }
+  }
+
+  /** The DDL `migrate()` runs, for those who apply migrations with their own tool. */
+  ddl(): string {
+    return ddl(this.names)
+  }
+
+  /**
+   * Creates the schema and table if they do not exist. Idempotent and safe to run from several
+   * processes at once (they take turns on an advisory lock).
+   */
+  async migrate(): Promise<void> {
+    const client = await this.checkout('migrate')
+    let broken: Error | undefined
+    try {
+      await client.query('BEGIN')
+      await client.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`ratelimiting:migrate:${this.names.qualified}`])
+      await client.query(ddl(this.names))
+      await client.query('COMMIT')
+    } catch (err) {
+      await client.query('ROLLBACK').catch((e: Error) => {
+        broken = e
+      })
+      throw this.storeError('migrate', err)
+    } finally {
+      client.release(broken)
+    }
+  }
+
+  async pushDiffs(batch: DiffBatch): Promise<CounterRow[]> {
+    if (batch.nodeId === RESET_NODE)
+      throw new StoreError('STORE_ERROR', this.name, `node id "${RESET_NODE}" is reserved for reset offsets; use another nodeId`)
+    if (batch.windows.length === 0 && batch.refresh.length === 0) return []
+    // one row per key-window: ON CONFLICT cannot touch a row twice in one statement
+    const writes = new Map<string, WindowPush>()
+    for (const w of batch.windows) writes.set(`${w.windowSize}\u0000${w.windowStart}\u0000${w.key}`, w)
+    const keys: string[] = []
+    const sizes: number[] = []
+    const starts: number[] = []
+    const counts: string[] = []
+    for (const w of writes.values()) {
+      keys.push(encodeKey(w.key))
+      sizes.push(w.windowSize)
+      starts.push(w.windowStart)
+      counts.push(String(w.count))
+    }
+    const rkeys: string[] = []
+    const rsizes: number[] = []
+    const rstarts: number[] = []
+    for (const r of batch.refresh) {
+      rkeys.push(encodeKey(r.key))
+      rsizes.push(r.windowSize)
+      rstarts.push(r.windowStart)
+    }
+    this.calls.push++
+    const small = keys.length <= SMALL_BATCH && rkeys.length <= SMALL_BATCH
+    const result = await this.query('pushDiffs', small ? this.pushSmall : this.push, [
+      batch.namespace,
+      batch.nodeId,
+      batch.seq,
+      keys,
+      sizes,
+      starts,
+      counts,
+      rkeys,
+      rsizes,
+      rstarts,
+    ])
+    this.schedulePurge(batch)
+    const rows: CounterRow[] = []
+    for (const r of result.rows as Array<Record<string, unknown>>) {
+      rows.push({
+        key: decodeKey(r.key as string),
+        windowStart: Number(r.window_start),
+        windowSize: Number(r.window_size),
+        count: num(r.count),
+        own: num(r.own),
+      })
+    }
+    return rows
+  }
+
+  async *getCounters(namespace: string, windowSizes: readonly number[], timeSec: number, nodeId = ''): AsyncIterable<CounterRow> {
+    for (const size of windowSizes) {
+      const start = windowStartSec(timeSec * 1000, size)
+      for (const windowStart of [start, start - size]) {
+        let after: string | undefined
+        for (;;) {
+          this.calls.page++
+          const result =
+            after === undefined
+              ? await this.query('getCounters', this.firstPage, [namespace, size, windowStart, nodeId, this.pageSize])
+              : await this.query('getCounters', this.nextPage, [namespace, size, windowStart, nodeId, this.pageSize, after])
+          const page = result.rows as Array<Record<string, unknown>>
+          for (const r of page) {
+            yield {
+              key: decodeKey(r.key as string),
+              windowStart,
+              windowSize: size,
+              count: num(r.count),
+              own: num(r.own),
+            }
+          }
+          if (page.length < this.pageSize) break
+          after = (page[page.length - 1] as Record<string, unknown>).key as string
+        }
+      }
+    }
+  }
+
+  async getWindow(key: string, namespace: string, windowStart: number, windowSize: number, nodeId = ''): Promise<CounterRow> {
+    this.calls.window++
+    const result = await this.query('getWindow', this.window, [namespace, windowSize, windowStart, encodeKey(key), nodeId])
+    const r = (result.rows[0] ?? {}) as Record<string, unknown>
+    return {
+      key,
+      windowStart,
+      windowSize,
+      count: num(r.count),
+      own: num(r.own),
+    }
+  }
+
+  async resetKey(namespace: string, key: string, windowSizes: readonly number[], nowMs: number): Promise<void> {
+    const sizes: number[] = []
+    const starts: number[] = []
+    for (const size of windowSizes) {
+      const start = windowStartSec(nowMs, size)
+      sizes.push(size, size)
+      starts.push(start, start - size)
+    }
+    this.calls.reset++
+    await this.query('resetKey', this.reset, [namespace, encodeKey(key), sizes, starts])
+  }
+
+  async purge(namespace: string, windowSizes: readonly number[], nowMs: number): Promise<void> {
+    await this.purgeNow(namespace, windowSizes, nowMs)
+  }
+
+  /**
+   * Deletes the namespace's windows of `windowSizes` that expired at `nowMs`, in statements of
+   * at most `purgeBatchSize` rows, while holding a session advisory lock: a process that finds
+   * the lock taken returns at once (`locked: false`), so one process purges at a time.
+   */
+  async purgeNow(namespace: string, windowSizes: readonly number[], nowMs: number): Promise<PurgeReport> {
+    const client = await this.checkout('purge')
+    const lockKey = `ratelimiting:purge:${this.names.qualified}:${namespace}`
+    let broken: Error | undefined
+    let locked = false
+    let deleted = 0
+    let batches = 0
+    try {
+      const got = await this.timed(client, 'purge', {
+        text: 'SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS locked',
+        values: [lockKey],
+      })
+      locked = (got.rows[0] as { locked: boolean } | undefined)?.locked === true
+      if (!locked) return { locked, deleted, batches }
+      for (const size of windowSizes) {
+        // expired when (start + 2 * size) * 1000 + grace <= now, as in windowExpiresAtMs
+        const cutoff = Math.floor((nowMs - this.graceMs) / 1000) - 2 * size
+        for (let i = 0; i < this.purgeMaxBatches; i++) {
+          this.calls.purge++
+          batches++
+          const result = await this.timed(client, 'purge', {
+            name: this.purgeBatch.name,
+            text: this.purgeBatch.text,
+            values: [namespace, size, cutoff, this.purgeBatchSize],
+          })
+          const n = result.rowCount ?? 0
+          deleted += n
+          if (n < this.purgeBatchSize) break
+        }
+      }
+      return { locked, deleted, batches }
+    } catch (err) {
+      broken = err instanceof Error ? err : new Error(String(err))
+      throw this.storeError('purge', err)
+    } finally {
+      if (locked && broken === undefined) {
+        await this.timed(client, 'purge', {
+          text: 'SELECT pg_advisory_unlock(hashtextextended($1, 0))',
+          values: [lockKey],
+        }).catch((err: unknown) => {
+          broken = err instanceof Error ? err : new Error(String(err))
+        })
+      }
+      // a broken session is destroyed, which also releases its advisory lock
+      client.release(broken)
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return
+    this.closed = true
+    await Promise.allSettled([...this.background])
+    await this.ownPool?.end()
+  }
+
+  private schedulePurge(batch: DiffBatch): void {
+    if (this.purgeIntervalMs === 0 || this.closed) return
+    let state = this.purgeState.get(batch.namespace)
+    if (state === undefined) {
+      state = { sizes: new Set(), dueMs: batch.nowMs + this.purgeIntervalMs }
+      this.purgeState.set(batch.namespace, state)
+    }
+    for (const w of batch.windows) state.sizes.add(w.windowSize)
+    if (batch.nowMs < state.dueMs || state.sizes.size === 0) return
+    state.dueMs = batch.nowMs + this.purgeIntervalMs
+    const run = this.purgeNow(batch.namespace, [...state.sizes], batch.nowMs).then(
+      () => undefined,
+      (err: unknown) => this.onError?.(err instanceof Error ? err : new Error(String(err))),
+    )
+    this.background.add(run)
+    void run.finally(() => this.background.delete(run))
+  }
+
+  private async query(what: string, statement: Statement, values: unknown[]): Promise<pg.QueryResult> {
+    const client = await this.checkout(what)
+    let broken: Error | undefined
+    try {
+      return await this.timed(client, what, {
+        name: statement.name,
+        text: statement.text,
+        values,
+      })
+    } catch (err) {
+      // a timed-out or dropped connection must not go back to the pool
+      if (!(err instanceof StoreError) || err.code !== 'STORE_ERROR') broken = err instanceof Error ? err : new Error(String(err))
+      throw err
+    } finally {
+      client.release(broken)
+    }
+  }
+
+  private checkout(what: string): Promise<PgClientLike> {
+    if (this.closed) return Promise.reject(new StoreError('STORE_UNAVAILABLE', this.name, `${what}: strategy is closed`))
+    return new Promise<PgClientLike>((resolve, reject) => {
+      let settled = false
+      const timer = setTimeout(() => {
+        settled = true
+        reject(new StoreError('STORE_TIMEOUT', this.name, `${what}: no connection within ${this.queryTimeoutMs} ms`))
+      }, this.queryTimeoutMs)
+      timer.unref()
+      this.pool.connect().then(
+        (client) => {
+          clearTimeout(timer)
+          this.guard(client)
+          if (settled) client.release()
+          else resolve(client)
+        },
+        (err: unknown) => {
+          clearTimeout(timer)
+          if (!settled) reject(this.storeError(what, err))
+        },
+      )
+    })
+  }
+
+  // pg emits 'error' on a client whose socket dies while it is checked out, and pg-pool only
+  // listens while it is idle: without a listener of our own that would crash the process. The
+  // failure itself reaches the pending query.
+  private guard(client: PgClientLike): void {
+    const emitter = client as unknown as {
+      on?: (event: string, listener: (err: Error) => void) => unknown
+    }
+    if (this.guarded.has(client) || typeof emitter.on !== 'function') return
+    this.guarded.add(client)
+    emitter.on('error', () => undefined)
+  }
+
+  /** Runs one statement; past `queryTimeoutMs` the client's socket is destroyed and the call fails. */
+  private timed(client: PgClientLike, what: string, config: pg.QueryConfig): Promise<pg.QueryResult> {
+    return new Promise<pg.QueryResult>((resolve, reject) => {
+      let settled = false
+      const timer = setTimeout(() => {
+        settled = true
+        reject(new StoreError('STORE_TIMEOUT', this.name, `${what} timed out after ${this.queryTimeoutMs} ms (the write may have landed)`))
+      }, this.queryTimeoutMs)
+      timer.unref()
+      client.query(config).then(
+        (result) => {
+          clearTimeout(timer)
+          if (!settled) resolve(result)
+        },
+        (err: unknown) => {
+          clearTimeout(timer)
+          if (!settled) reject(this.storeError(what, err))
+        },
+      )
+    })
+  }
+
+  private storeError(what: string, err: unknown): StoreError {
+    if (err instanceof StoreError) return err
+    const e = err as { code?: unknown; message?: unknown } | undefined
+    const code = typeof e?.code === 'string' ? e.code : undefined
+    const message = typeof e?.message === 'string' ? e.message : String(err)
+    if (code === SQLSTATE_UNDEFINED_TABLE)
+      return new StoreError(
+        'STORE_ERROR',
+        this.name,
+        `${what}: table ${this.names.qualified} does not exist; run migrate() first (${message})`,
+        {
+          cause: err,
+        },
+      )
+    const unavailable =
+      (code !== undefined && CONNECTION_CODES.has(code)) || /Connection terminated|connect|ECONNRESET|socket/i.test(message)
+    return new StoreError(unavailable ? 'STORE_UNAVAILABLE' : 'STORE_ERROR', this.name, `${what}: ${message}`, { cause: err })
+  }
+}

@@ -1,0 +1,376 @@
+import assert from 'node:assert/strict'
+import { randomUUID } from 'node:crypto'
+import { after, before, describe, it } from 'node:test'
+import { ConfigError, StoreError } from '../../src/core/errors.js'
+import { RateLimiting } from '../../src/core/rate-limiting.js'
+import type { CounterRow } from '../../src/core/strategy.js'
+import { windowStartSec } from '../../src/core/window.js'
+import { createPostgresStrategy, PostgresStrategy } from '../../src/strategies/postgres/index.js'
+import { runStrategyContract } from '../contract/strategy-contract.js'
+import { createTestSchema, type TestSchema } from '../support/postgres-server.js'
+
+const db: TestSchema = await createTestSchema()
+after(() => db.drop())
+
+async function collect(rows: AsyncIterable<CounterRow>): Promise<CounterRow[]> {
+  const out: CounterRow[] = []
+  for await (const row of rows) out.push(row)
+  return out
+}
+
+runStrategyContract({
+  name: 'postgres',
+  make: async () => {
+    const s = new PostgresStrategy({ pool: db.pool, schema: db.schema })
+    await s.migrate()
+    return s
+  },
+})
+
+describe('PostgresStrategy', () => {
+  let s: PostgresStrategy
+  before(async () => {
+    s = new PostgresStrategy({
+      pool: db.pool,
+      schema: db.schema,
+      table: 'counters',
+      pageSize: 7,
+      purgeIntervalMs: 0,
+    })
+    await s.migrate()
+  })
+  after(() => s.close())
+
+  it('refuses bad options when built, naming the option, and touches no database there', () => {
+    assert.throws(() => new PostgresStrategy({}), ConfigError)
+    assert.throws(
+      () =>
+        new PostgresStrategy({
+          pool: db.pool,
+          connectionString: 'postgres://x',
+        }),
+      /exactly one of pool/,
+    )
+    assert.throws(
+      () =>
+        new PostgresStrategy({
+          pool: db.pool,
+          schema: 'a"; DROP SCHEMA public;--',
+        }),
+      /schema must be a plain identifier/,
+    )
+    assert.throws(() => new PostgresStrategy({ pool: db.pool, table: 'x y' }), /table must be a plain identifier/)
+    assert.throws(() => new PostgresStrategy({ pool: db.pool, purgeBatchSize: 0 }), /purgeBatchSize/)
+    // a connection string to nowhere: no connection is opened until a call
+    const lazy = new PostgresStrategy({
+      connectionString: 'postgres://postgres@127.0.0.1:1/none',
+    })
+    return lazy.close()
+  })
+
+  it('migrates idempotently, also from several callers at once', async () => {
+    const schema = `${db.schema}_m`
+    const a = new PostgresStrategy({ pool: db.pool, schema })
+    const b = new PostgresStrategy({ pool: db.pool, schema })
+    try {
+      await Promise.all([a.migrate(), b.migrate(), a.migrate()])
+      await a.migrate()
+      const { rows } = await db.pool.query(
+        `SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = $1 AND table_name = 'ratelimiting_counters'`,
+        [schema],
+      )
+      assert.equal(rows[0].n, 1)
+      assert.match(a.ddl(), /CREATE TABLE IF NOT EXISTS "rl_test_\w+_m"\."ratelimiting_counters"/)
+    } finally {
+      await db.pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
+    }
+  })
+
+  it('says to run migrate() when the table is missing', async () => {
+    const missing = new PostgresStrategy({
+      pool: db.pool,
+      schema: db.schema,
+      table: 'not_migrated',
+    })
+    await assert.rejects(
+      missing.getWindow('k', 'ns', 0, 60),
+      (err: unknown) => err instanceof StoreError && /run migrate\(\) first/.test(err.message),
+    )
+  })
+
+  it('binds hostile keys and namespaces as values: nothing is executed, everything round-trips', async () => {
+    const ns = `'); DROP TABLE counters;--`
+    const now = Date.now()
+    const start = windowStartSec(now, 60)
+    const keys = [
+      `'); DROP TABLE x;--`,
+      `"; DELETE FROM "${db.schema}"."counters";--`,
+      '$1',
+      'nul\u0000byte',
+      '\u0001escaped',
+      '\\',
+      "O'Reilly",
+    ]
+    const rows = await s.pushDiffs({
+      namespace: ns,
+      nodeId: `n'1`,
+      seq: 1,
+      nowMs: now,
+      windows: keys.map((key, i) => ({
+        key,
+        windowStart: start,
+        windowSize: 60,
+        count: i + 1,
+        diff: i + 1,
+      })),
+      refresh: [],
+    })
+    assert.deepEqual(rows.map((r) => [r.key, r.count, r.own]).sort(), keys.map((k, i) => [k, i + 1, i + 1]).sort())
+    const read = await collect(s.getCounters(ns, [60], Math.floor(now / 1000), `n'1`))
+    assert.deepEqual(read.map((r) => r.key).sort(), [...keys].sort())
+    for (const key of keys) assert.equal((await s.getWindow(key, ns, start, 60, `n'1`)).own, keys.indexOf(key) + 1)
+    const { rows: tables } = await db.pool.query(`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = $1`, [
+      db.schema,
+    ])
+    assert.ok(tables[0].n >= 1, 'the table is still there')
+  })
+
+  it('holds 64-bit counts and sums beyond them exactly, and decimals exactly', async () => {
+    const ns = `big-${randomUUID().slice(0, 8)}`
+    const now = Date.now()
+    const start = windowStartSec(now, 60)
+    const big = 2 ** 52
+    await s.pushDiffs({
+      namespace: ns,
+      nodeId: 'a',
+      seq: 1,
+      nowMs: now,
+      windows: [{ key: 'k', windowStart: start, windowSize: 60, count: big, diff: big }],
+      refresh: [],
+    })
+    await s.pushDiffs({
+      namespace: ns,
+      nodeId: 'b',
+      seq: 1,
+      nowMs: now,
+      windows: [{ key: 'k', windowStart: start, windowSize: 60, count: 0.1, diff: 0.1 }],
+      refresh: [],
+    })
+    await s.pushDiffs({
+      namespace: ns,
+      nodeId: 'c',
+      seq: 1,
+      nowMs: now,
+      windows: [{ key: 'k', windowStart: start, windowSize: 60, count: 0.2, diff: 0.2 }],
+      refresh: [],
+    })
+    const { rows } = await db.pool.query(`SELECT sum(count)::text AS total FROM "${db.schema}"."counters" WHERE namespace = $1`, [ns])
+    assert.equal(rows[0].total, '4503599627370496.3', 'numeric sums decimals exactly')
+    const w = await s.getWindow('k', ns, start, 60, 'a')
+    assert.equal(w.own, big)
+    const d = await s.getWindow('k', `${ns}-d`, start, 60)
+    assert.equal(d.count, 0)
+  })
+
+  it('pages getCounters with a cursor and yields every key once', async () => {
+    const ns = `page-${randomUUID().slice(0, 8)}`
+    const now = Date.now()
+    const start = windowStartSec(now, 60)
+    const windows = Array.from({ length: 50 }, (_, i) => ({
+      key: `k${String(i).padStart(2, '0')}`,
+      windowStart: start,
+      windowSize: 60,
+      count: 1,
+      diff: 1,
+    }))
+    await s.pushDiffs({
+      namespace: ns,
+      nodeId: 'a',
+      seq: 1,
+      nowMs: now,
+      windows,
+      refresh: [],
+    })
+    await s.pushDiffs({
+      namespace: ns,
+      nodeId: 'b',
+      seq: 1,
+      nowMs: now,
+      windows: windows.slice(0, 10),
+      refresh: [],
+    })
+    const before = s.calls.page
+    const rows = await collect(s.getCounters(ns, [60], Math.floor(now / 1000), 'b'))
+    assert.equal(rows.length, 50)
+    assert.equal(new Set(rows.map((r) => r.key)).size, 50)
+    assert.equal(rows.filter((r) => r.count === 2 && r.own === 1).length, 10)
+    // 50 rows in pages of 7 for the current window (8 pages), one empty page for the previous one
+    assert.equal(s.calls.page - before, 9)
+  })
+
+  it('purges expired windows in bounded batches and keeps live ones', async () => {
+    const ns = `purge-${randomUUID().slice(0, 8)}`
+    const small = new PostgresStrategy({
+      pool: db.pool,
+      schema: db.schema,
+      table: 'counters',
+      purgeBatchSize: 40,
+      purgeIntervalMs: 0,
+    })
+    const now = Date.now()
+    const start = windowStartSec(now, 60)
+    const old = start - 10 * 60
+    const windows = Array.from({ length: 100 }, (_, i) => ({
+      key: `k${i}`,
+      windowStart: old,
+      windowSize: 60,
+      count: 1,
+      diff: 1,
+    }))
+    await small.pushDiffs({
+      namespace: ns,
+      nodeId: 'a',
+      seq: 1,
+      nowMs: now,
+      windows,
+      refresh: [],
+    })
+    await small.pushDiffs({
+      namespace: ns,
+      nodeId: 'a',
+      seq: 2,
+      nowMs: now,
+      windows: [{ key: 'live', windowStart: start, windowSize: 60, count: 1, diff: 1 }],
+      refresh: [],
+    })
+    const report = await small.purgeNow(ns, [60], now)
+    assert.deepEqual(report, { locked: true, deleted: 100, batches: 3 })
+    assert.equal((await small.getWindow('live', ns, start, 60)).count, 1)
+    assert.equal((await small.getWindow('k1', ns, old, 60)).count, 0)
+    await small.close()
+  })
+
+  it('purges under an advisory lock: one of two concurrent purgers runs, the other skips', async () => {
+    const ns = `lock-${randomUUID().slice(0, 8)}`
+    const a = new PostgresStrategy({
+      pool: db.pool,
+      schema: db.schema,
+      table: 'counters',
+      purgeBatchSize: 50,
+      purgeIntervalMs: 0,
+    })
+    const b = new PostgresStrategy({
+      pool: db.pool,
+      schema: db.schema,
+      table: 'counters',
+      purgeBatchSize: 50,
+      purgeIntervalMs: 0,
+    })
+    const now = Date.now()
+    const old = windowStartSec(now, 60) - 10 * 60
+    const windows = Array.from({ length: 2000 }, (_, i) => ({
+      key: `k${i}`,
+      windowStart: old,
+      windowSize: 60,
+      count: 1,
+      diff: 1,
+    }))
+    await a.pushDiffs({
+      namespace: ns,
+      nodeId: 'a',
+      seq: 1,
+      nowMs: now,
+      windows,
+      refresh: [],
+    })
+
+    // while another session holds the lock, a purge deletes nothing
+    const holder = await db.pool.connect()
+    const lockKey = `ratelimiting:purge:"${db.schema}"."counters":${ns}`
+    await holder.query('SELECT pg_advisory_lock(hashtextextended($1, 0))', [lockKey])
+    assert.deepEqual(await a.purgeNow(ns, [60], now), {
+      locked: false,
+      deleted: 0,
+      batches: 0,
+    })
+    await holder.query('SELECT pg_advisory_unlock(hashtextextended($1, 0))', [lockKey])
+    holder.release()
+
+    const [ra, rb] = await Promise.all([a.purgeNow(ns, [60], now), b.purgeNow(ns, [60], now)])
+    const ran = [ra, rb].filter((r) => r.locked)
+    assert.equal(ran.length, 1, `exactly one purger ran: ${JSON.stringify([ra, rb])}`)
+    assert.equal(ran[0]?.deleted, 2000)
+    assert.equal(ran[0]?.batches, 41, '2000 rows in batches of 50, and the empty batch that ends the run')
+    const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM "${db.schema}"."counters" WHERE namespace = $1`, [ns])
+    assert.equal(rows[0].n, 0)
+    await a.close()
+    await b.close()
+  })
+
+  it('purges automatically from the pushes, at most once per purgeIntervalMs', async () => {
+    const ns = `auto-${randomUUID().slice(0, 8)}`
+    const errors: Error[] = []
+    const auto = new PostgresStrategy({
+      pool: db.pool,
+      schema: db.schema,
+      table: 'counters',
+      purgeIntervalMs: 1000,
+      onError: (e) => errors.push(e),
+    })
+    const t0 = Date.now()
+    const old = windowStartSec(t0, 60) - 10 * 60
+    await auto.pushDiffs({
+      namespace: ns,
+      nodeId: 'a',
+      seq: 1,
+      nowMs: t0,
+      windows: [{ key: 'old', windowStart: old, windowSize: 60, count: 1, diff: 1 }],
+      refresh: [],
+    })
+    assert.equal(auto.calls.purge, 0, 'not due yet')
+    const start = windowStartSec(t0 + 1000, 60)
+    await auto.pushDiffs({
+      namespace: ns,
+      nodeId: 'a',
+      seq: 2,
+      nowMs: t0 + 1000,
+      windows: [{ key: 'new', windowStart: start, windowSize: 60, count: 1, diff: 1 }],
+      refresh: [],
+    })
+    await auto.close() // waits for the background purge
+    assert.deepEqual(errors, [])
+    assert.ok(auto.calls.purge >= 1)
+    const check = new PostgresStrategy({
+      pool: db.pool,
+      schema: db.schema,
+      table: 'counters',
+    })
+    assert.equal((await check.getWindow('old', ns, old, 60)).count, 0)
+    assert.equal((await check.getWindow('new', ns, start, 60)).count, 1)
+    await check.close()
+  })
+
+  it('costs one statement per synchronous hit', async () => {
+    const ns = `sync-${randomUUID().slice(0, 8)}`
+    const rl = RateLimiting.newInstance('pg-sync')
+    rl.new({ namespace: ns, windowSizes: [60], syncRate: 0, strategy: s })
+    const before = s.calls.push
+    for (let i = 0; i < 20; i++) await rl.increment('k', 60, 1, ns)
+    assert.equal(s.calls.push - before, 20)
+    assert.equal(await rl.slidingWindow('k', 60, undefined, ns), 20 + 0)
+    await rl.close()
+  })
+
+  it('ends a pool it opened from a connection string, and only that one', async () => {
+    const own = await createPostgresStrategy({
+      connectionString: process.env.RL_TEST_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
+      schema: db.schema,
+      migrate: true,
+    })
+    assert.equal((await own.getWindow('x', 'none', 0, 60)).count, 0)
+    await own.close()
+    await assert.rejects(own.getWindow('x', 'none', 0, 60), /closed/)
+    // the shared pool given to other strategies still works
+    assert.equal((await db.pool.query('SELECT 1 AS one')).rows[0].one, 1)
+  })
+})
