@@ -30,3 +30,4 @@ if ! psql -h 127.0.0.1 -U postgres -d postgres -Atc "select 1 from pg_database w
 fi
 
 bash scripts/memcached.sh
+bash scripts/redis-cluster.sh >/dev/null

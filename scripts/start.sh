@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -d node_modules ] || npm ci --no-audit --no-fund
 npm run --silent build
-exec node --import tsx examples/engine.ts "$@"
+exec node dist/server/cli.js serve "$@"

@@ -10,6 +10,14 @@ registerStrategy('memory', (options) => new MemoryStrategy(options as MemoryStra
 // Stores with drivers load on demand, before the first store call: `strategy: "postgres"` works
 // without importing the subpath, and a user of the memory engine never loads a driver.
 registerStrategy(
+  'redis',
+  async (options) => {
+    const { RedisStrategy } = await import('./strategies/redis/index.js')
+    return new RedisStrategy(options as ConstructorParameters<typeof RedisStrategy>[0])
+  },
+  { supportsDecimals: true },
+)
+registerStrategy(
   'postgres',
   async (options) => (await import('./strategies/postgres/index.js')).createPostgresStrategy({ migrate: true, ...options }),
   { supportsDecimals: true },

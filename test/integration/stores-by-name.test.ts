@@ -38,3 +38,15 @@ describe('stores by name', () => {
     await Promise.all([a.close(), b.close()])
   })
 })
+
+describe('redis by name', () => {
+  it('makes a Redis strategy from strategyOpts.url and closes the client it made', async () => {
+    const prefix = `byname${randomUUID().slice(0, 8)}`
+    const [a, b] = [RateLimiting.newInstance('a'), RateLimiting.newInstance('b')]
+    for (const rl of [a, b])
+      rl.new({ windowSizes: [60], syncRate: 0, strategy: 'redis', strategyOpts: { url: 'redis://127.0.0.1:6379', prefix } })
+    assert.equal(await a.increment('k', 60, 2), 2)
+    assert.equal(await b.increment('k', 60, 1.5), 3.5)
+    await Promise.all([a.close(), b.close()])
+  })
+})

@@ -1,0 +1,69 @@
+/**
+ * The Lua scripts of the Redis strategy, sent by SHA (EVALSHA) and by source when the server
+ * has forgotten them (NOSCRIPT). Every key of one call shares a hash tag, so each script runs
+ * unchanged on Redis Cluster. Numbers go back as strings: Redis truncates Lua number replies to
+ * integers, and `%.17g` round-trips any double exactly.
+ *
+ * Layout of one key-window (a HASH): `c:<nodeId>` the node's cumulative count, `s:<nodeId>` the
+ * seq of the batch that wrote it, and `t` the total: the sum of the node counts, moved by each
+ * write by the difference it makes and set to 0 by a reset. A row costs one HMGET however many
+ * nodes write the key (no HGETALL).
+ */
+import { createHash } from 'node:crypto'
+
+/** A script with its SHA1, as EVALSHA wants it. */
+export interface LuaScript {
+  readonly source: string
+  readonly sha: string
+}
+
+function script(source: string): LuaScript {
+  return { source: source.trim(), sha: createHash('sha1').update(source.trim()).digest('hex') }
+}
+
+/**
+ * Writes a node's cumulative counts (when the batch's seq is newer than the one held), sets the
+ * absolute expiry, and reads back every key's total and the node's own count.
+ *
+ * KEYS: the key-windows; the first `n` are written, the rest only read.
+ * ARGV: nonce, nodeId, seq, n, then per written key: count, expire-at (epoch ms).
+ * Reply: one string, the nonce then per key its total and own count, separated by spaces (one
+ * bulk string decodes several times faster in the client than an array of them).
+ */
+export const PUSH = script(`
+local seq, n = ARGV[3], tonumber(ARGV[4])
+local cfield, sfield = 'c:' .. ARGV[2], 's:' .. ARGV[2]
+local seqn = tonumber(seq)
+local out = { ARGV[1] }
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local held = redis.call('HMGET', key, 't', cfield, sfield)
+  local total, own = held[1] or '0', held[2] or '0'
+  if i <= n then
+    if not held[3] or tonumber(held[3]) < seqn then
+      local count = ARGV[3 + 2 * i]
+      -- the others' share first, then this node's new count: exact when the node is alone
+      total = string.format('%.17g', (tonumber(total) - tonumber(own)) + tonumber(count))
+      own = count
+      redis.call('HSET', key, cfield, count, sfield, seq, 't', total)
+    end
+    redis.call('PEXPIREAT', key, ARGV[4 + 2 * i])
+  end
+  out[2 * i] = total
+  out[2 * i + 1] = own
+end
+return table.concat(out, ' ')
+`)
+
+/**
+ * Resets key-windows: the total becomes 0 at this instant (node counts stay, so later pushes
+ * count from there). Windows the store does not hold stay absent.
+ *
+ * KEYS: the key-windows. ARGV: nonce. Reply: nonce.
+ */
+export const RESET = script(`
+for i = 1, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('HSET', KEYS[i], 't', '0') end
+end
+return ARGV[1]
+`)

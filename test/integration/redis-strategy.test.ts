@@ -1,0 +1,307 @@
+/**
+ * The Redis strategy against real servers: the contract suite on the shared single node
+ * (127.0.0.1:6379) and on the local 3-master cluster (scripts/redis-cluster.sh), then what is
+ * particular to Redis (hash tags, expiry, scripts by SHA, one round trip per synchronous hit) on
+ * servers of the test's own.
+ */
+import assert from 'node:assert/strict'
+import { randomUUID } from 'node:crypto'
+import { after, before, describe, it } from 'node:test'
+import { Cluster, Redis } from 'ioredis'
+import { ConfigError } from '../../src/core/errors.js'
+import { RateLimiting } from '../../src/core/rate-limiting.js'
+import { windowExpiresAtMs } from '../../src/core/strategy.js'
+import { windowStartSec } from '../../src/core/window.js'
+import { RedisStrategy } from '../../src/strategies/redis/index.js'
+import { keySlot } from '../../src/strategies/redis/key-slot.js'
+import { runStrategyContract } from '../contract/strategy-contract.js'
+import { type RedisServerHandle, sharedClusterPorts, sharedRedisUrl, startRedisServer } from '../support/redis-server.js'
+
+// Every key this file writes on the shared servers starts with this prefix, deleted at the end.
+const runPrefix = `rltest-${randomUUID().slice(0, 8)}`
+
+async function deleteByPrefix(nodes: readonly Redis[], prefix: string): Promise<void> {
+  for (const node of nodes) {
+    let cursor = '0'
+    do {
+      const [next, names] = await node.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000)
+      cursor = next
+      // one UNLINK per name: names of different slots cannot share a command on a cluster
+      await Promise.all(names.map((name) => node.unlink(name)))
+    } while (cursor !== '0')
+  }
+}
+
+const singleUrl = await sharedRedisUrl()
+const single = new Redis(singleUrl)
+runStrategyContract({
+  name: 'redis (single node)',
+  make: () => new RedisStrategy({ client: single, prefix: `${runPrefix}-single` }),
+  teardown: async () => {
+    await deleteByPrefix([single], `${runPrefix}-single`)
+    await single.quit()
+  },
+})
+
+const singleAcross = new Redis(singleUrl)
+runStrategyContract({
+  name: 'redis (single node, batchAcrossSlots)',
+  make: () => new RedisStrategy({ client: singleAcross, prefix: `${runPrefix}-across`, batchAcrossSlots: true }),
+  teardown: async () => {
+    await deleteByPrefix([singleAcross], `${runPrefix}-across`)
+    await singleAcross.quit()
+  },
+})
+
+const clusterPorts = await sharedClusterPorts()
+const cluster = new Cluster(clusterPorts.map((port) => ({ host: '127.0.0.1', port })))
+runStrategyContract({
+  name: 'redis (cluster)',
+  make: () => new RedisStrategy({ client: cluster, prefix: `${runPrefix}-cluster` }),
+  teardown: async () => {
+    await deleteByPrefix(cluster.nodes('master'), `${runPrefix}-cluster`)
+    await cluster.quit()
+  },
+})
+
+const nowMs = () => Date.now()
+const batch = (
+  namespace: string,
+  nodeId: string,
+  seq: number,
+  windows: Array<{ key: string; windowStart: number; windowSize: number; count: number }>,
+) => ({
+  namespace,
+  nodeId,
+  seq,
+  nowMs: nowMs(),
+  windows: windows.map((w) => ({ ...w, diff: w.count })),
+  refresh: [],
+})
+
+describe('redis strategy: data model on a cluster', () => {
+  let client: Cluster
+  let strategy: RedisStrategy
+  const prefix = `${runPrefix}-model`
+  before(() => {
+    client = new Cluster(clusterPorts.map((port) => ({ host: '127.0.0.1', port })))
+    strategy = new RedisStrategy({ client, prefix })
+  })
+  after(async () => {
+    await deleteByPrefix(client.nodes('master'), prefix)
+    await client.quit()
+  })
+
+  it("keeps a key's windows in one slot and spreads a namespace's keys over every master", async () => {
+    const start = windowStartSec(nowMs(), 60)
+    const keys = Array.from({ length: 60 }, (_, i) => `user-${i}`)
+    const windows = keys.flatMap((key) => [
+      { key, windowStart: start, windowSize: 60, count: 1 },
+      { key, windowStart: start - 60, windowSize: 60, count: 2 },
+      { key, windowStart: windowStartSec(nowMs(), 3600), windowSize: 3600, count: 3 },
+    ])
+    const rows = await strategy.pushDiffs(batch('spread', 'n1', 1, windows))
+    assert.equal(rows.length, windows.length)
+    const perMaster: number[] = []
+    for (const node of client.nodes('master')) {
+      const names: string[] = []
+      let cursor = '0'
+      do {
+        const [next, page] = await node.scan(cursor, 'MATCH', `${prefix}:{spread:*`, 'COUNT', 1000)
+        cursor = next
+        names.push(...page)
+      } while (cursor !== '0')
+      perMaster.push(names.length)
+      for (const name of names) {
+        const key = /\{spread:(.*)\}/.exec(name)?.[1] as string
+        const slots = new Set([`${start}`, `${start - 60}`].map((s) => keySlot(`${prefix}:{spread:${key}}:60:${s}`)).concat(keySlot(name)))
+        assert.equal(slots.size, 1, `every window of ${key} is in one slot`)
+        assert.equal(Number(await node.call('CLUSTER', 'KEYSLOT', name)), keySlot(name), 'our slot is the server slot')
+      }
+    }
+    assert.equal(perMaster.length, 3)
+    assert.equal(
+      perMaster.reduce((a, b) => a + b, 0),
+      windows.length,
+    )
+    for (const n of perMaster) assert.ok(n > 0, `every master holds some keys: ${perMaster.join(', ')}`)
+  })
+
+  it("getCounters reads every master's keys", async () => {
+    const start = windowStartSec(nowMs(), 60)
+    const keys = Array.from({ length: 200 }, (_, i) => `k${i}`)
+    await strategy.pushDiffs(
+      batch(
+        'scan',
+        'n1',
+        1,
+        keys.map((key, i) => ({ key, windowStart: start, windowSize: 60, count: i + 1 })),
+      ),
+    )
+    const seen = new Map<string, number>()
+    for await (const row of strategy.getCounters('scan', [60], Math.floor(nowMs() / 1000), 'n1')) seen.set(row.key, row.count)
+    assert.equal(seen.size, 200)
+    assert.equal(seen.get('k199'), 200)
+  })
+
+  it('escapes the namespace in SCAN patterns and keeps look-alike namespaces apart', async () => {
+    const start = windowStartSec(nowMs(), 60)
+    await strategy.pushDiffs(batch('a*', 'n1', 1, [{ key: 'x', windowStart: start, windowSize: 60, count: 1 }]))
+    await strategy.pushDiffs(batch('ab', 'n1', 1, [{ key: 'y', windowStart: start, windowSize: 60, count: 2 }]))
+    await strategy.pushDiffs(batch('a', 'n1', 1, [{ key: 'b:c', windowStart: start, windowSize: 60, count: 3 }]))
+    await strategy.pushDiffs(batch('a:b', 'n1', 1, [{ key: 'c', windowStart: start, windowSize: 60, count: 4 }]))
+    const read = async (ns: string) => {
+      const out: string[] = []
+      for await (const row of strategy.getCounters(ns, [60], Math.floor(nowMs() / 1000))) out.push(`${row.key}=${row.count}`)
+      return out.sort()
+    }
+    assert.deepEqual(await read('a*'), ['x=1'])
+    assert.deepEqual(await read('a'), ['b:c=3'])
+    assert.deepEqual(await read('a:b'), ['c=4'])
+    // braces in a namespace or key are escaped: the hash tag stays exactly <namespace>:<key>
+    await strategy.pushDiffs(batch('{b}', 'n1', 1, [{ key: '}{%7D', windowStart: start, windowSize: 60, count: 5 }]))
+    assert.deepEqual(await read('{b}'), ['}{%7D=5'])
+    assert.equal((await strategy.getWindow('}{%7D', '{b}', start, 60)).count, 5)
+  })
+})
+
+describe('redis strategy: on a server of its own', () => {
+  let server: RedisServerHandle
+  let client: Redis
+  let strategy: RedisStrategy
+  before(async () => {
+    server = await startRedisServer()
+    client = new Redis(server.url)
+    strategy = new RedisStrategy({ client, graceMs: 5000 })
+  })
+  after(async () => {
+    await client.quit()
+    await server.stop()
+  })
+
+  it('sets an absolute expiry covering the previous window plus grace on every write', async () => {
+    const start = windowStartSec(nowMs(), 60)
+    await strategy.pushDiffs(batch('exp', 'n1', 1, [{ key: 'k', windowStart: start, windowSize: 60, count: 1 }]))
+    const name = `rl:{exp:k}:60:${start}`
+    assert.equal(Number(await client.call('PEXPIRETIME', name)), windowExpiresAtMs(start, 60, 5000))
+    await strategy.pushDiffs(batch('exp', 'n2', 1, [{ key: 'k', windowStart: start, windowSize: 60, count: 1 }]))
+    assert.equal(Number(await client.call('PEXPIRETIME', name)), windowExpiresAtMs(start, 60, 5000), 'the same absolute time again')
+    assert.deepEqual(await client.hgetall(name), { 'c:n1': '1', 's:n1': '1', 'c:n2': '1', 's:n2': '1', t: '2' })
+  })
+
+  it('runs its scripts again after the server forgot them (SCRIPT FLUSH)', async () => {
+    const start = windowStartSec(nowMs(), 60)
+    await strategy.pushDiffs(batch('flush', 'n1', 1, [{ key: 'k', windowStart: start, windowSize: 60, count: 2 }]))
+    await client.script('FLUSH')
+    const rows = await strategy.pushDiffs(batch('flush', 'n1', 2, [{ key: 'k', windowStart: start, windowSize: 60, count: 5 }]))
+    assert.equal(rows[0]?.count, 5)
+    await client.script('FLUSH')
+    await strategy.resetKey('flush', 'k', [60], nowMs())
+    assert.equal((await strategy.getWindow('k', 'flush', start, 60)).count, 0)
+    const loaded = (await client.script('EXISTS', '0000000000000000000000000000000000000000')) as number[]
+    assert.deepEqual(loaded, [0])
+  })
+
+  it('warms a new process up from the store with fetch()', async () => {
+    const writer = RateLimiting.newInstance('redis-warm-writer')
+    const reader = RateLimiting.newInstance('redis-warm-reader')
+    for (const rl of [writer, reader]) rl.new({ namespace: 'warm', windowSizes: [60, 3600], syncRate: 1, autoSync: false, strategy })
+    for (let i = 0; i < 30; i++) writer.increment(`ip-${i % 3}`, 60, 1, 'warm')
+    writer.increment('ip-0', 3600, 2.5, 'warm')
+    await writer.sync('warm')
+    await reader.fetch('warm')
+    // current + previous: exact even if a window boundary passes during the test
+    const seen = (key: string, size: number) => {
+      const { current, previous } = reader.namespace('warm').table(size).counts(key, Date.now())
+      return current + previous
+    }
+    assert.equal(seen('ip-1', 60), 10)
+    assert.equal(seen('ip-0', 3600), 2.5)
+    await writer.close()
+    await reader.close()
+  })
+
+  it('holds decimal counts and sums them like the memory store', async () => {
+    const start = windowStartSec(nowMs(), 60)
+    await strategy.pushDiffs(batch('dec', 'n1', 1, [{ key: 'k', windowStart: start, windowSize: 60, count: 0.1 }]))
+    const rows = await strategy.pushDiffs(batch('dec', 'n2', 1, [{ key: 'k', windowStart: start, windowSize: 60, count: 0.2 }]))
+    assert.equal(rows[0]?.count, 0.1 + 0.2)
+    assert.equal(rows[0]?.own, 0.2)
+    await strategy.resetKey('dec', 'k', [60], nowMs())
+    assert.equal((await strategy.getWindow('k', 'dec', start, 60)).count, 0)
+  })
+
+  it('costs one script call per hit in synchronous mode', async () => {
+    const rl = RateLimiting.newInstance('redis-sync-cost')
+    rl.new({ namespace: 'sync', windowSizes: [1, 60, 3600], syncRate: 0, strategy, autoSync: false })
+    const limiter = rl.limiter({
+      namespace: 'sync',
+      limits: [
+        { limit: 1000, window: 60 },
+        { limit: 5000, window: 3600 },
+      ],
+    })
+    await client.script('FLUSH')
+    await client.config('RESETSTAT')
+    for (let i = 0; i < 50; i++) {
+      const d = await limiter.hit(`user-${i % 5}`)
+      assert.equal(d.allowed, true)
+    }
+    for (let i = 0; i < 20; i++) await rl.increment(`user-${i % 5}`, 1, 1, 'sync')
+    const stats = await client.info('commandstats')
+    const stat = (command: string, field: string) => Number(new RegExp(`cmdstat_${command}:.*\\b${field}=(\\d+)`).exec(stats)?.[1] ?? 0)
+    // the first EVALSHA finds no script (flushed above) and fails; EVAL then sends the source once
+    assert.equal(stat('evalsha', 'failed_calls'), 1)
+    assert.equal(stat('eval', 'calls'), 1)
+    assert.equal(stat('evalsha', 'calls') - stat('evalsha', 'failed_calls') + stat('eval', 'calls'), 70, 'one script call per hit')
+    await rl.close()
+  })
+
+  it('sends a sync as one script call per hash slot, or per 512 key-windows with batchAcrossSlots', async () => {
+    const start = windowStartSec(nowMs(), 60)
+    const windows = Array.from({ length: 1000 }, (_, i) => ({ key: `k${i}`, windowStart: start, windowSize: 60, count: 1 }))
+    const slots = new Set(windows.map((w) => keySlot(`rl:{calls:${w.key}}:60:${start}`)))
+    const scriptCalls = async (s: RedisStrategy, namespace: string) => {
+      await client.config('RESETSTAT')
+      const rows = await s.pushDiffs(batch(namespace, 'n1', 1, windows))
+      assert.equal(rows.length, 1000)
+      assert.ok(rows.every((r, i) => r.key === `k${i}` && r.count === 1 && r.own === 1))
+      const stats = await client.info('commandstats')
+      return Number(/cmdstat_evalsha:calls=(\d+)/.exec(stats)?.[1] ?? 0) + Number(/cmdstat_eval:calls=(\d+)/.exec(stats)?.[1] ?? 0)
+    }
+    assert.equal(await scriptCalls(strategy, 'calls'), slots.size)
+    const across = new RedisStrategy({ client, batchAcrossSlots: true })
+    assert.equal(await scriptCalls(across, 'calls-across'), 2)
+  })
+
+  it('creates and closes its own client from a url, and never closes a client it was given', async () => {
+    const owned = new RedisStrategy({ url: server.url })
+    const start = windowStartSec(nowMs(), 60)
+    await owned.pushDiffs(batch('own', 'n1', 1, [{ key: 'k', windowStart: start, windowSize: 60, count: 1 }]))
+    await owned.close()
+    await assert.rejects(owned.getWindow('k', 'own', start, 60))
+    await strategy.close()
+    assert.equal((await strategy.getWindow('k', 'own', start, 60)).count, 1, 'the given client still works')
+  })
+
+  it('refuses bad options with errors that name them', () => {
+    const bad: Array<[Record<string, unknown>, RegExp]> = [
+      [{}, /client .* or url/],
+      [{ client, url: server.url }, /either client or url/],
+      [{ client, prefix: 'a{b}' }, /prefix must be a non-empty string without braces/],
+      [{ client, prefix: '' }, /prefix/],
+      [{ client, graceMs: -1 }, /graceMs/],
+      [{ url: 'http://x' }, /url must be a redis:\/\//],
+      [{ client: {} }, /client must be an ioredis Redis or Cluster/],
+      [{ client: Object.assign(Object.create(client), { options: { keyPrefix: 'app:' } }) }, /keyPrefix "app:"/],
+      [{ client, batchAcrossSlots: 'yes' }, /batchAcrossSlots must be a boolean/],
+      [{ client: cluster, batchAcrossSlots: true }, /batchAcrossSlots cannot be used with a cluster client/],
+    ]
+    for (const [options, message] of bad) {
+      assert.throws(
+        () => new RedisStrategy(options),
+        (err: unknown) => err instanceof ConfigError && message.test(err.message),
+      )
+    }
+  })
+})
