@@ -3,8 +3,9 @@
  * package name, with types that resolve. Needs `npm run build` first (npm test does it).
  */
 import assert from 'node:assert/strict'
-import { execFileSync } from 'node:child_process'
-import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { execFileSync, spawn, spawnSync } from 'node:child_process'
+import { once } from 'node:events'
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
@@ -41,6 +42,51 @@ describe('the built package', () => {
       "const { RateLimiting, MemoryStrategy } = require('ratelimiting'); const rl = RateLimiting.newInstance('cjs'); rl.new({ windowSizes: [1] }); console.log(rl.increment('k', 1, 3), typeof MemoryStrategy)",
     ])
     assert.equal(out, '3 function')
+  })
+
+  it('exports every subpath from the build', () => {
+    const subpaths = ['redis', 'simple', 'algorithms', 'server', 'express', 'fastify', 'hono', 'postgres', 'memcached']
+    const script = subpaths.map((p) => `Object.keys(await import('ratelimiting/${p}')).length`).join(', ')
+    const out = node(['--input-type=module', '-e', `console.log([${script}].every((n) => n > 0))`])
+    assert.equal(out, 'true')
+  })
+
+  it('runs the service from the built CLI on its in-memory default (the main job)', async () => {
+    const cli = path.join(root, 'dist/server/cli.js')
+    const child = spawn(process.execPath, [cli, 'serve', '--port', '0', '--log-level', 'info'], { cwd: consumer })
+    try {
+      let log = ''
+      const port = await new Promise<number>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no listening log line: ${log}`)), 10_000)
+        child.stdout.on('data', (chunk: Buffer) => {
+          log += chunk.toString()
+          const m = /"url":"http:\/\/127\.0\.0\.1:(\d+)"/.exec(log)
+          if (m?.[1] !== undefined) {
+            clearTimeout(timer)
+            resolve(Number(m[1]))
+          }
+        })
+      })
+      const res = await fetch(`http://127.0.0.1:${port}/v1/check`, { method: 'POST', body: JSON.stringify({ userId: 'u1' }) })
+      assert.equal(res.status, 200)
+      assert.deepEqual(await res.json(), { allowed: true, count: 1, limit: 100, remaining: 99, resetMs: 60_000, retryAfterMs: 0 })
+    } finally {
+      child.kill('SIGTERM')
+      await once(child, 'exit')
+    }
+  })
+
+  it('names the packages to install when the service runs without its optional peers', () => {
+    const bare = mkdtempSync(path.join(tmpdir(), 'ratelimiting-bare-'))
+    try {
+      cpSync(path.join(root, 'dist'), path.join(bare, 'dist'), { recursive: true })
+      cpSync(path.join(root, 'package.json'), path.join(bare, 'package.json'))
+      const run = spawnSync(process.execPath, [path.join(bare, 'dist/server/cli.js'), '--version'], { encoding: 'utf8' })
+      assert.equal(run.status, 4)
+      assert.match(run.stderr, /npm install yaml ajv pino prom-client/)
+    } finally {
+      rmSync(bare, { recursive: true, force: true })
+    }
   })
 
   it('resolves its types for ESM and CJS consumers', () => {

@@ -1,0 +1,251 @@
+/**
+ * Service benchmark: `ratelimiting serve` on its built-in default config (memory store,
+ * sliding-window-algo, 100 per 60 s) against a bare node:http server answering 200, driven by
+ * autocannon in the same run. Rounds alternate between the two; the table reports medians of
+ * requests per second and p99 latency, and the service's share of the bare server's throughput.
+ *
+ *   npm run build && node --import tsx bench/service.bench.ts             full run, writes docs/BENCHMARKS-service.md
+ *   node --import tsx bench/service.bench.ts --quick                      short rounds, prints only
+ *
+ * Options: --quick, --rounds N, --duration S (seconds per round), --connections N, --algos
+ * (also time fixed-window-algo and sliding-window-counter-algo), --source (run the service from
+ * src/ through tsx instead of dist/), --write / --no-write.
+ *
+ * Each server runs in its own process; autocannon runs in this one. Requests cycle through 1,000
+ * user ids, so the service keeps real per-user state (most are admitted, some denied: a 429 is a
+ * decision like a 200).
+ */
+import { type ChildProcess, spawn } from 'node:child_process'
+import { existsSync, readFileSync, writeFileSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { cpus, loadavg, tmpdir } from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import autocannon from 'autocannon'
+
+const args = process.argv.slice(2)
+const flag = (name: string) => args.includes(name)
+function option(name: string, fallback: number): number {
+  const at = args.indexOf(name)
+  if (at < 0) return fallback
+  const value = Number(args[at + 1])
+  if (!Number.isFinite(value) || value <= 0) throw new RangeError(`${name} takes a positive number, got ${String(args[at + 1])}`)
+  return value
+}
+
+const quick = flag('--quick')
+const rounds = option('--rounds', quick ? 1 : 5)
+const durationSec = option('--duration', quick ? 2 : 8)
+const connections = option('--connections', 50)
+const write = flag('--no-write') ? false : flag('--write') || !quick
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
+const builtCli = path.join(root, 'dist/server/cli.js')
+const fromSource = flag('--source') || !existsSync(builtCli)
+
+const log = (line: string) => process.stderr.write(`[bench] ${line}\n`)
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number }
+      server.close(() => resolve(port))
+    })
+  })
+}
+
+async function waitForHealth(url: string): Promise<void> {
+  const deadline = Date.now() + 15_000
+  for (;;) {
+    try {
+      if ((await fetch(url)).ok) return
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) throw new Error(`${url} did not answer within 15 s`)
+    await new Promise((r) => setTimeout(r, 100))
+  }
+}
+
+interface Target {
+  readonly name: string
+  readonly port: number
+  readonly child: ChildProcess
+}
+
+const BARE_SERVER = `
+const http = require('node:http')
+const body = '{"allowed":true}'
+http.createServer((req, res) => {
+  req.resume()
+  req.on('end', () => {
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length })
+    res.end(body)
+  })
+}).listen(Number(process.argv[1]), '127.0.0.1')
+`
+
+async function startBare(): Promise<Target> {
+  const port = await freePort()
+  const child = spawn(process.execPath, ['-e', BARE_SERVER, String(port)], { stdio: 'ignore' })
+  await waitForHealth(`http://127.0.0.1:${port}/`)
+  return { name: 'bare node:http', port, child }
+}
+
+async function startService(algo: string | undefined): Promise<Target> {
+  const port = await freePort()
+  const cli = fromSource ? ['--import', 'tsx', path.join(root, 'src/server/cli.ts')] : [builtCli]
+  const serveArgs = ['serve', '--port', String(port), '--log-level', 'warn']
+  if (algo !== undefined) {
+    const file = path.join(tmpdir(), `rl-bench-${process.pid}-${algo}.yaml`)
+    writeFileSync(file, `rate-limiter: { use-algo: ${algo}, max-requests: 100, window-size: 60 }\nstore: { type: memory }\n`)
+    serveArgs.push('--config', file, '--no-watch')
+  }
+  const child = spawn(process.execPath, [...cli, ...serveArgs], { cwd: root, stdio: ['ignore', 'ignore', 'inherit'] })
+  await waitForHealth(`http://127.0.0.1:${port}/healthz`)
+  return { name: algo === undefined ? 'service (default config)' : `service (${algo})`, port, child }
+}
+
+// 1,000 users, each request a prepared object: autocannon runs no JavaScript per request
+const requests = Array.from({ length: 1000 }, (_, i) => ({
+  method: 'POST' as const,
+  path: '/v1/check',
+  headers: { 'content-type': 'application/json' },
+  body: JSON.stringify({ userId: `user-${i}` }),
+}))
+
+/** CPU time (user + system) a process used so far, ms; undefined off Linux. */
+function cpuMs(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined
+  try {
+    const fields = (readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1] ?? '').split(' ')
+    // utime and stime, in USER_HZ ticks (100 per second on Linux)
+    return (Number(fields[11]) + Number(fields[12])) * 10
+  } catch {
+    return undefined
+  }
+}
+
+interface Sample {
+  readonly rps: number
+  /** The server's CPU time per answered request, µs (NaN when unknown). */
+  readonly cpuUs: number
+  readonly p99: number
+  readonly p50: number
+  readonly errors: number
+  readonly decided: number
+  readonly other: number
+}
+
+async function load(target: Target, seconds: number): Promise<Sample> {
+  const cpuBefore = cpuMs(target.child.pid)
+  const result = await autocannon({ url: `http://127.0.0.1:${target.port}`, connections, duration: seconds, requests })
+  const status = result.statusCodeStats ?? {}
+  const decided = (status['200']?.count ?? 0) + (status['429']?.count ?? 0)
+  const total = Object.values(status).reduce((sum, s) => sum + (s?.count ?? 0), 0)
+  const cpuAfter = cpuMs(target.child.pid)
+  const cpuUs = cpuBefore === undefined || cpuAfter === undefined ? Number.NaN : ((cpuAfter - cpuBefore) * 1000) / Math.max(1, total)
+  return {
+    rps: result.requests.average,
+    cpuUs,
+    p99: result.latency.p99,
+    p50: result.latency.p50,
+    errors: result.errors,
+    decided,
+    other: total - decided,
+  }
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  const mid = sorted.length >> 1
+  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2
+}
+
+async function stop(target: Target): Promise<void> {
+  if (target.child.exitCode !== null) return
+  const exited = new Promise((r) => target.child.once('exit', r))
+  target.child.kill('SIGTERM')
+  await exited
+}
+
+const algos: Array<string | undefined> = [undefined, ...(flag('--algos') ? ['fixed-window-algo', 'sliding-window-counter-algo'] : [])]
+const loadAtStart = loadavg()[0] as number
+const started = Date.now()
+log(`${rounds} round(s) of ${durationSec} s, ${connections} connections, service from ${fromSource ? 'src/ (tsx)' : 'dist/'}`)
+
+const bare = await startBare()
+const services: Target[] = []
+for (const algo of algos) services.push(await startService(algo))
+const targets = [bare, ...services]
+const samples = new Map<Target, Sample[]>(targets.map((t) => [t, []]))
+try {
+  // warm-up: JIT and connection setup, not measured
+  for (const t of targets) await load(t, quick ? 1 : 2)
+  for (let round = 0; round < rounds; round++) {
+    // alternate the order so neither side always runs on a warmer (or busier) machine
+    const order = round % 2 === 0 ? targets : [...targets].reverse()
+    for (const t of order) {
+      const s = await load(t, durationSec)
+      samples.get(t)?.push(s)
+      log(`round ${round + 1}: ${t.name}: ${Math.round(s.rps)} req/s, p99 ${s.p99} ms, errors ${s.errors}, non-200/429 ${s.other}`)
+    }
+  }
+} finally {
+  for (const t of targets) await stop(t)
+}
+
+const bareSamples = samples.get(bare) ?? []
+const bareRps = median(bareSamples.map((s) => s.rps))
+const bareCpu = median(bareSamples.map((s) => s.cpuUs))
+const rows = targets.map((t) => {
+  const list = samples.get(t) ?? []
+  const rps = median(list.map((s) => s.rps))
+  const cpuUs = median(list.map((s) => s.cpuUs))
+  return {
+    name: t.name,
+    rps,
+    // each round's ratio to the bare server's sample of the same round: the load of a shared
+    // machine moves both, so this is steadier than a ratio of medians
+    roundRatio: median(list.map((s, i) => s.rps / (bareSamples[i]?.rps ?? Number.NaN))),
+    ratio: rps / bareRps,
+    cpuUs,
+    cpuRatio: bareCpu / cpuUs,
+    p50: median(list.map((s) => s.p50)),
+    p99: median(list.map((s) => s.p99)),
+    errors: list.reduce((sum, s) => sum + s.errors + s.other, 0),
+  }
+})
+const pct = (x: number) => (Number.isFinite(x) ? `${(x * 100).toFixed(0)}%` : 'n/a')
+
+const command = ['node', ...process.execArgv, path.relative(root, fileURLToPath(import.meta.url)), ...args].join(' ')
+const lines = [
+  '## Service: `ratelimiting serve` against a bare node:http server',
+  '',
+  `Measured ${new Date().toISOString().slice(0, 10)} on ${cpus()[0]?.model.trim() ?? 'an unknown CPU'} (${cpus().length} cores, shared), Node ${process.version}; load average ${loadAtStart.toFixed(2)} at start, ${(loadavg()[0] as number).toFixed(2)} at the end.`,
+  `autocannon (as a library, in the bench process), ${connections} connections, ${rounds} rounds of ${durationSec} s after a warm-up, rounds alternating between the servers; each server in its own process. Medians over the rounds.`,
+  'The service runs its built-in default config (memory store, sliding-window-algo, 100 per 60 s) and answers `POST /v1/check` for 1,000 user ids in turn (200 or 429, both decisions); the bare server reads the body and answers 200 with a small JSON body.',
+  '',
+  '| server | req/s (median) | share of bare (medians) | share of bare (per round, median) | server CPU per request | share of bare (CPU) | p50 latency | p99 latency | errors |',
+  '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+  ...rows.map(
+    (r) =>
+      `| ${r.name} | ${Math.round(r.rps).toLocaleString('en-US')} | ${pct(r.ratio)} | ${pct(r.roundRatio)} | ${Number.isFinite(r.cpuUs) ? `${r.cpuUs.toFixed(1)} µs` : 'n/a'} | ${pct(r.cpuRatio)} | ${r.p50} ms | ${r.p99} ms | ${r.errors} |`,
+  ),
+  '',
+  "Target: at least 70% of the bare server's requests per second. The per-round share pairs each service round with the bare",
+  "server's round next to it; the CPU share is the bare server's CPU time per request over the service's (both from /proc), which",
+  'the load of other processes on a shared machine disturbs least.',
+  '',
+  `Reproduce with \`npm run build && ${command}\`.`,
+  '',
+]
+const section = lines.join('\n')
+process.stdout.write(`${section}\n`)
+log(`done in ${((Date.now() - started) / 1000).toFixed(0)} s`)
+if (write) {
+  const file = path.join(root, 'docs/BENCHMARKS-service.md')
+  writeFileSync(file, `# Benchmarks: the service\n\n${section}`)
+  log(`wrote ${path.relative(process.cwd(), file)}`)
+}

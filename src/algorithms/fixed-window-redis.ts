@@ -1,0 +1,114 @@
+import type { Clock } from '../core/clock.js'
+import { DELETE_KEY, FIXED_WINDOW_CHECK, FIXED_WINDOW_PEEK } from './lua.js'
+import { checkRequest, remainingOf, resolveRedisOptions } from './options.js'
+import { integers, runScript } from './redis-script.js'
+import type { AlgorithmResult, RateLimitAlgorithm, RedisAlgorithmOptions, RedisScriptClient } from './types.js'
+
+/** Options of {@link RedisFixedWindow}. */
+export interface RedisFixedWindowOptions extends RedisAlgorithmOptions {
+  /** Whether a denied request still counts, as the seed's `INCR` does. @default true */
+  readonly countDenied?: boolean
+}
+
+/**
+ * The seed's fixed window on Redis, with its exact data: a STRING counter per user per bucket
+ * at `<prefix>:{userId}:<window>` (window = `floor(now / windowMs)`, so
+ * `rlaas:rate_limit:{u1}:28333333` for a 60 s window), `INCR` (`INCRBY cost`), and `EXPIRE
+ * windowSize` when the call created the key; admitted iff the counter is at most the limit.
+ * One script, so the count, the decision and the expiry are atomic.
+ *
+ * Time is the client's clock, passed to Redis as the bucket in the key name: every key the
+ * script touches is then declared in KEYS (Redis Cluster requires it), and tests can move time.
+ * Service instances need clocks in sync (NTP) to agree on bucket boundaries.
+ *
+ * @example
+ * import { Redis } from 'ioredis'
+ * const fw = new RedisFixedWindow({ client: new Redis(), limit: 100, windowMs: 60_000 })
+ * const { allowed } = await fw.check('u1')
+ */
+export class RedisFixedWindow implements RateLimitAlgorithm {
+  readonly name = 'fixed-window'
+  readonly store = 'redis'
+  readonly limit: number
+  readonly windowMs: number
+  readonly prefix: string
+  readonly countDenied: boolean
+  private readonly client: RedisScriptClient
+  private readonly clock: Clock
+  private readonly timeoutMs: number
+  private readonly ttl: string
+  private readonly ttlUnit: 's' | 'ms'
+  private readonly options: RedisFixedWindowOptions
+
+  constructor(options: RedisFixedWindowOptions) {
+    const resolved = resolveRedisOptions(options)
+    this.options = options
+    this.limit = resolved.limit
+    this.windowMs = resolved.windowMs
+    this.clock = resolved.clock
+    this.prefix = resolved.prefix
+    this.timeoutMs = resolved.timeoutMs
+    this.client = options.client
+    this.countDenied = options.countDenied ?? true
+    // the seed's EXPIRE in seconds; PEXPIRE only for windows that are not whole seconds
+    this.ttlUnit = this.windowMs % 1000 === 0 ? 's' : 'ms'
+    this.ttl = String(this.ttlUnit === 's' ? this.windowMs / 1000 : this.windowMs)
+  }
+
+  /** The key of `userId`'s bucket at `nowMs`: `<prefix>:{userId}:<floor(nowMs / windowMs)>`. */
+  key(userId: string, nowMs: number = this.clock()): string {
+    return `${this.prefix}:{${userId}}:${Math.floor(nowMs / this.windowMs)}`
+  }
+
+  async check(userId: string, cost = 1): Promise<AlgorithmResult> {
+    checkRequest(userId, cost)
+    const nowMs = this.clock()
+    const index = Math.floor(nowMs / this.windowMs)
+    const reply = await runScript(
+      this.client,
+      FIXED_WINDOW_CHECK,
+      [`${this.prefix}:{${userId}}:${index}`],
+      [cost, this.limit, this.ttl, this.ttlUnit, this.countDenied ? '1' : '0'],
+      this.timeoutMs,
+    )
+    const [allowedFlag, count] = integers(reply, 2, 'fixed window') as [number, number]
+    const allowed = allowedFlag === 1
+    const resetMs = (index + 1) * this.windowMs - nowMs
+    return {
+      allowed,
+      count,
+      limit: this.limit,
+      remaining: remainingOf(this.limit, count),
+      resetMs,
+      retryAfterMs: allowed ? 0 : cost > this.limit ? Number.POSITIVE_INFINITY : resetMs,
+    }
+  }
+
+  async peek(userId: string): Promise<AlgorithmResult> {
+    checkRequest(userId, 1)
+    const nowMs = this.clock()
+    const index = Math.floor(nowMs / this.windowMs)
+    const reply = await runScript(this.client, FIXED_WINDOW_PEEK, [`${this.prefix}:{${userId}}:${index}`], [], this.timeoutMs)
+    const [count] = integers(reply, 1, 'fixed window peek') as [number]
+    const allowed = count + 1 <= this.limit
+    const resetMs = (index + 1) * this.windowMs - nowMs
+    return {
+      allowed,
+      count,
+      limit: this.limit,
+      remaining: remainingOf(this.limit, count),
+      resetMs,
+      retryAfterMs: allowed ? 0 : resetMs,
+    }
+  }
+
+  /** Deletes the user's current bucket (older buckets no longer count and expire by themselves). */
+  async reset(userId: string): Promise<void> {
+    checkRequest(userId, 1)
+    await runScript(this.client, DELETE_KEY, [this.key(userId)], [], this.timeoutMs)
+  }
+
+  withLimit(limit: number): RedisFixedWindow {
+    return new RedisFixedWindow({ ...this.options, limit })
+  }
+}

@@ -1,0 +1,18 @@
+/**
+ * `ratelimiting/algorithms`: the RLaaS service's two algorithms, fixed window and exact sliding
+ * log, each in memory and on Redis (the seed's key formats and scripts).
+ */
+export { MemoryFixedWindow, type MemoryFixedWindowOptions } from './fixed-window-memory.js'
+export { RedisFixedWindow, type RedisFixedWindowOptions } from './fixed-window-redis.js'
+export { DEFAULT_PREFIX } from './options.js'
+export { MemorySlidingLog, type MemorySlidingLogOptions } from './sliding-log-memory.js'
+export { RedisSlidingLog, type RedisSlidingLogOptions } from './sliding-log-redis.js'
+export type {
+  AlgorithmOptions,
+  AlgorithmResult,
+  MaybePromise,
+  MemoryAlgorithmOptions,
+  RateLimitAlgorithm,
+  RedisAlgorithmOptions,
+  RedisScriptClient,
+} from './types.js'

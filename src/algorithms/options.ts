@@ -1,0 +1,63 @@
+import type { Clock } from '../core/clock.js'
+import { ConfigError, usageRangeError, usageTypeError } from '../core/errors.js'
+import type { AlgorithmOptions, RedisAlgorithmOptions } from './types.js'
+
+/** The seed's key prefix (RLaaS): keys are `rlaas:rate_limit:{userId}…`. */
+export const DEFAULT_PREFIX = 'rlaas:rate_limit'
+
+/** Options after validation. */
+export interface ResolvedOptions {
+  readonly limit: number
+  readonly windowMs: number
+  readonly clock: Clock
+}
+
+function positiveInteger(option: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1)
+    throw new ConfigError('INVALID_OPTION', `${option} must be a positive integer, got ${String(value)}`)
+  return value
+}
+
+/** Checks the options every algorithm shares, once, at construction. */
+export function resolveOptions(options: AlgorithmOptions): ResolvedOptions {
+  if (typeof options !== 'object' || options === null) throw new ConfigError('INVALID_OPTION', 'algorithm options must be an object')
+  const limit = positiveInteger('limit', options.limit)
+  const windowMs = positiveInteger('windowMs', options.windowMs)
+  const clock = options.clock ?? Date.now
+  if (typeof clock !== 'function')
+    throw new ConfigError('INVALID_OPTION', `clock must be a function returning epoch ms, got ${typeof clock}`)
+  return { limit, windowMs, clock }
+}
+
+/** Checks the Redis options. */
+export function resolveRedisOptions(options: RedisAlgorithmOptions): ResolvedOptions & { prefix: string; timeoutMs: number } {
+  const base = resolveOptions(options)
+  const client = options.client as unknown
+  if (typeof client !== 'object' || client === null || typeof (client as Record<string, unknown>).evalsha !== 'function')
+    throw new ConfigError('INVALID_OPTION', 'client must be an ioredis Redis or Cluster (an object with evalsha and eval)')
+  const prefix = options.prefix ?? DEFAULT_PREFIX
+  if (typeof prefix !== 'string' || prefix.length === 0)
+    throw new ConfigError('INVALID_OPTION', `prefix must be a non-empty string, got ${String(prefix)}`)
+  const timeoutMs = options.timeoutMs ?? 1000
+  if (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs <= 0)
+    throw new ConfigError('INVALID_OPTION', `timeoutMs must be a positive number of ms, got ${String(timeoutMs)}`)
+  return { ...base, prefix, timeoutMs }
+}
+
+/** Checks `maxKeys` of the memory algorithms. */
+export function resolveMaxKeys(value: unknown): number {
+  return value === undefined ? 1_000_000 : positiveInteger('maxKeys', value)
+}
+
+/** Per-request checks: cheap, with errors that name the argument. */
+export function checkRequest(userId: unknown, cost: unknown): void {
+  if (typeof userId !== 'string') throw usageTypeError('INVALID_KEY', `userId must be a string, got ${typeof userId}`)
+  if (typeof cost !== 'number' || !Number.isSafeInteger(cost) || cost < 1)
+    throw usageRangeError('INVALID_VALUE', `cost must be a positive integer, got ${String(cost)}`)
+}
+
+/** `floor(limit - count)`, never below 0. */
+export function remainingOf(limit: number, count: number): number {
+  const left = limit - count
+  return left > 0 ? Math.floor(left) : 0
+}

@@ -1,0 +1,105 @@
+import { randomBytes } from 'node:crypto'
+import type { Clock } from '../core/clock.js'
+import { DELETE_KEY, SLIDING_LOG_CHECK, SLIDING_LOG_PEEK } from './lua.js'
+import { checkRequest, remainingOf, resolveRedisOptions } from './options.js'
+import { integers, runScript } from './redis-script.js'
+import type { AlgorithmResult, RateLimitAlgorithm, RedisAlgorithmOptions, RedisScriptClient } from './types.js'
+
+/** Options of {@link RedisSlidingLog}. */
+export type RedisSlidingLogOptions = RedisAlgorithmOptions
+
+/**
+ * The seed's exact sliding log on Redis, with its exact data: one ZSET per user at
+ * `<prefix>:{userId}`, one unique member per admitted request scored by its ms time. One script
+ * prunes entries at or before `now - window`, counts, admits iff `count + cost <= limit`, adds
+ * the members and sets `PEXPIRE 2 x window`, so concurrent requests never both take the last slot.
+ *
+ * Time is the client's clock (passed as ARGV): deterministic, testable, and members are made
+ * unique client-side (`<ms>-<instance>-<seq>-<i>`) instead of relying on Lua's `math.random`,
+ * which older Redis versions seed identically for every script. Service instances need clocks
+ * in sync (NTP): a skew of d ms shifts an entry's lifetime by d ms.
+ *
+ * @example
+ * import { Redis } from 'ioredis'
+ * const log = new RedisSlidingLog({ client: new Redis(), limit: 100, windowMs: 60_000 })
+ * const { allowed, retryAfterMs } = await log.check('u1')
+ */
+export class RedisSlidingLog implements RateLimitAlgorithm {
+  readonly name = 'sliding-log'
+  readonly store = 'redis'
+  readonly limit: number
+  readonly windowMs: number
+  readonly prefix: string
+  private readonly client: RedisScriptClient
+  private readonly clock: Clock
+  private readonly timeoutMs: number
+  private readonly instanceId = randomBytes(6).toString('hex')
+  private seq = 0
+  private readonly options: RedisSlidingLogOptions
+
+  constructor(options: RedisSlidingLogOptions) {
+    const resolved = resolveRedisOptions(options)
+    this.options = options
+    this.limit = resolved.limit
+    this.windowMs = resolved.windowMs
+    this.clock = resolved.clock
+    this.prefix = resolved.prefix
+    this.timeoutMs = resolved.timeoutMs
+    this.client = options.client
+  }
+
+  /** The key of `userId`'s log: `<prefix>:{userId}`. */
+  key(userId: string): string {
+    return `${this.prefix}:{${userId}}`
+  }
+
+  async check(userId: string, cost = 1): Promise<AlgorithmResult> {
+    checkRequest(userId, cost)
+    const nowMs = this.clock()
+    const member = `${nowMs}-${this.instanceId}-${++this.seq}-`
+    const reply = await runScript(
+      this.client,
+      SLIDING_LOG_CHECK,
+      [`${this.prefix}:{${userId}}`],
+      [nowMs, this.windowMs, this.limit, cost, member],
+      this.timeoutMs,
+    )
+    const [allowedFlag, count, retryAt, resetAt] = integers(reply, 4, 'sliding log') as [number, number, number, number]
+    const allowed = allowedFlag === 1
+    return this.result(allowed, count, retryAt, resetAt, nowMs)
+  }
+
+  async peek(userId: string): Promise<AlgorithmResult> {
+    checkRequest(userId, 1)
+    const nowMs = this.clock()
+    const reply = await runScript(
+      this.client,
+      SLIDING_LOG_PEEK,
+      [`${this.prefix}:{${userId}}`],
+      [nowMs, this.windowMs, this.limit],
+      this.timeoutMs,
+    )
+    const [count, retryAt, resetAt] = integers(reply, 3, 'sliding log peek') as [number, number, number]
+    return this.result(count + 1 <= this.limit, count, retryAt, resetAt, nowMs)
+  }
+
+  async reset(userId: string): Promise<void> {
+    checkRequest(userId, 1)
+    await runScript(this.client, DELETE_KEY, [this.key(userId)], [], this.timeoutMs)
+  }
+
+  withLimit(limit: number): RedisSlidingLog {
+    return new RedisSlidingLog({ ...this.options, limit })
+  }
+
+  private result(allowed: boolean, count: number, retryAt: number, resetAt: number, nowMs: number): AlgorithmResult {
+    return {
+      allowed,
+      count,
+      limit: this.limit,
+      remaining: remainingOf(this.limit, count),
+      resetMs: resetAt < 0 ? 0 : Math.max(0, resetAt - nowMs),
+      retryAfterMs: allowed ? 0 : retryAt < 0 ? Number.POSITIVE_INFINITY : Math.max(0, retryAt - nowMs),
+    }
+  }
+}

@@ -1,0 +1,92 @@
+import type { Clock } from '../core/clock.js'
+
+/**
+ * The answer of an algorithm to one request. Being denied is a normal answer, not an error.
+ *
+ * @example
+ * const r = await algorithm.check('u1')
+ * if (!r.allowed) console.log(`retry in ${r.retryAfterMs} ms`)
+ */
+export interface AlgorithmResult {
+  /** Whether the request is admitted. */
+  readonly allowed: boolean
+  /**
+   * Requests counted in the window after this decision. Fixed window: the bucket's counter
+   * (denied requests count, as in the seed). Sliding log: admitted requests in the last
+   * window. Sliding-window counter: the weighted estimate, which may be fractional.
+   */
+  readonly count: number
+  /** The most requests the window admits. */
+  readonly limit: number
+  /** Whole requests still admitted in this window: `max(0, floor(limit - count))`. */
+  readonly remaining: number
+  /** Ms until the whole limit is available again (end of the bucket, or the newest logged hit leaving the log). */
+  readonly resetMs: number
+  /** Ms until a request of the same cost would be admitted; 0 when allowed, `Infinity` when it never can be (cost > limit). */
+  readonly retryAfterMs: number
+}
+
+/** A value, or a promise of it: memory algorithms answer synchronously, Redis ones asynchronously. */
+export type MaybePromise<T> = T | Promise<T>
+
+/**
+ * What every algorithm offers: decide and count (`check`), read without counting (`peek`),
+ * forget a user (`reset`).
+ *
+ * @example
+ * const algorithm: RateLimitAlgorithm = new MemorySlidingLog({ limit: 100, windowMs: 60_000 })
+ * const result = await algorithm.check('u1', 1)
+ */
+export interface RateLimitAlgorithm {
+  /** Short name, such as "fixed-window" or "sliding-log". */
+  readonly name: string
+  /** Where the counters live, such as "memory" or "redis". */
+  readonly store: string
+  /** The most requests per window. */
+  readonly limit: number
+  /** Window length in ms. */
+  readonly windowMs: number
+  /** Decides a request of `cost` (a positive integer, default 1) for `userId` and counts it. */
+  check(userId: string, cost?: number): MaybePromise<AlgorithmResult>
+  /** The answer a request of cost 1 would get now, without counting anything. */
+  peek(userId: string): MaybePromise<AlgorithmResult>
+  /** Forgets every count of `userId`. */
+  reset(userId: string): MaybePromise<void>
+  /** The same algorithm and counters with another limit (used when a config reload changes only the limit). */
+  withLimit(limit: number): RateLimitAlgorithm
+}
+
+/** Options shared by every algorithm. */
+export interface AlgorithmOptions {
+  /** Requests admitted per window: a positive integer. */
+  readonly limit: number
+  /** Window length in ms: a positive integer (the seed's `window-size` is seconds: multiply by 1000). */
+  readonly windowMs: number
+  /** Returns epoch ms. @default Date.now */
+  readonly clock?: Clock
+}
+
+/**
+ * The Redis calls the Redis algorithms make: scripts by SHA, with `eval` as the fallback when
+ * the server answers NOSCRIPT. An ioredis `Redis` or `Cluster` fits.
+ */
+export interface RedisScriptClient {
+  evalsha(sha1: string, numKeys: number, ...args: (string | number)[]): Promise<unknown>
+  eval(script: string, numKeys: number, ...args: (string | number)[]): Promise<unknown>
+}
+
+/** Options of the Redis algorithms. */
+export interface RedisAlgorithmOptions extends AlgorithmOptions {
+  /** An ioredis `Redis` or `Cluster` (or anything with `evalsha` and `eval`). Never closed by the algorithm. */
+  readonly client: RedisScriptClient
+  /** Key prefix; keys are `<prefix>:{userId}…`. @default "rlaas:rate_limit" */
+  readonly prefix?: string
+  /** Longest wait for one Redis call, ms; a slower call rejects with a STORE_TIMEOUT StoreError. @default 1000 */
+  readonly timeoutMs?: number
+}
+
+/** Options of the memory algorithms. */
+export interface MemoryAlgorithmOptions extends AlgorithmOptions {
+  /** Most users held at once; when full, the user stored longest ago is forgotten first. @default 1_000_000 */
+  readonly maxKeys?: number
+}

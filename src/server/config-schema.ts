@@ -1,0 +1,97 @@
+/** The algorithms `use-algo` names, as in the seed (plus the engine's counter). */
+export const ALGORITHMS = ['fixed-window-algo', 'sliding-window-algo', 'sliding-window-counter-algo'] as const
+/** The store types. */
+export const STORE_TYPES = ['memory', 'redis', 'postgres', 'memcached'] as const
+/** What a request gets when the store fails. */
+export const FAIL_POLICIES = ['error', 'allow', 'deny'] as const
+/** Header families of `rateLimitHeaders`. */
+export const HEADER_MODES = ['draft-6', 'draft-7', 'draft-8', 'draft-9', 'draft-10', 'kong'] as const
+/** pino levels. */
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
+/** Policy names: they appear in URLs, metrics labels and store namespaces. */
+export const POLICY_NAME_PATTERN = '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$'
+
+const policyProperties = {
+  'use-algo': { enum: ALGORITHMS },
+  'max-requests': { type: 'integer', minimum: 1, maximum: 1_000_000_000 },
+  'window-size': { type: 'integer', minimum: 1, maximum: 31_536_000 },
+  'sync-rate': { type: 'number', maximum: 86_400 },
+} as const
+
+const stringList = {
+  type: 'array',
+  minItems: 1,
+  items: { type: 'string', minLength: 1 },
+} as const
+
+/** The JSON schema of the YAML config (kebab-case keys, as in the seed). */
+export const CONFIG_SCHEMA = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    'log-level': { enum: LOG_LEVELS },
+    server: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        host: { type: 'string', minLength: 1 },
+        port: { type: 'integer', minimum: 0, maximum: 65_535 },
+        'max-body-bytes': { type: 'integer', minimum: 64, maximum: 1_048_576 },
+        'max-user-id-length': { type: 'integer', minimum: 1, maximum: 4096 },
+        headers: { enum: HEADER_MODES },
+        'request-timeout-ms': {
+          type: 'integer',
+          minimum: 100,
+          maximum: 600_000,
+        },
+        'shutdown-timeout-ms': {
+          type: 'integer',
+          minimum: 0,
+          maximum: 600_000,
+        },
+      },
+    },
+    'rate-limiter': {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        ...policyProperties,
+        // no braces: the first {…} of a key is its Redis Cluster hash tag, which must be the user id
+        'key-prefix': { type: 'string', pattern: '^[^{}\\s]{1,50}$' },
+        'on-store-error': { enum: FAIL_POLICIES },
+      },
+    },
+    policies: {
+      type: 'object',
+      propertyNames: { pattern: POLICY_NAME_PATTERN },
+      additionalProperties: {
+        type: 'object',
+        additionalProperties: false,
+        properties: policyProperties,
+      },
+    },
+    store: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['type'],
+      properties: {
+        type: { enum: STORE_TYPES },
+        url: { type: 'string', minLength: 1 },
+        nodes: stringList,
+        servers: stringList,
+        'timeout-ms': { type: 'integer', minimum: 1, maximum: 60_000 },
+      },
+    },
+    auth: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        tokens: { type: 'array', items: { type: 'string', minLength: 8 } },
+        'admin-tokens': {
+          type: 'array',
+          items: { type: 'string', minLength: 8 },
+        },
+      },
+    },
+  },
+} as const

@@ -1,0 +1,227 @@
+import { Counter, collectDefaultMetrics, Gauge, type Metric, Registry } from 'prom-client'
+import type { Policy, Runtime } from './runtime.js'
+
+/** How a decision ended, as the `outcome` label. */
+export type Outcome = 'allowed' | 'denied' | 'store_error' | 'failed_open' | 'failed_closed'
+
+const OUTCOMES: readonly Outcome[] = ['allowed', 'denied', 'store_error', 'failed_open', 'failed_closed']
+
+/** Upper bounds (seconds) of the decision latency histogram: 10 µs to 1 s. */
+export const LATENCY_BUCKETS: readonly number[] = [
+  0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+]
+
+/**
+ * The decisions and latencies of one policy and algorithm, as plain numbers: the request path
+ * adds to fields and a bucket array, and /metrics reads them. prom-client's own `inc` and
+ * `observe` validate and hash labels on every call, which cost more than a memory decision.
+ */
+export class DecisionTally {
+  readonly policy: string
+  readonly algorithm: string
+  readonly outcomes: Record<Outcome, number> = { allowed: 0, denied: 0, store_error: 0, failed_open: 0, failed_closed: 0 }
+  /** Observations per bucket (not cumulative); the last slot is above the largest bound. */
+  readonly buckets = new Float64Array(LATENCY_BUCKETS.length + 1)
+  sum = 0
+  count = 0
+
+  constructor(policy: string, algorithm: string) {
+    this.policy = policy
+    this.algorithm = algorithm
+  }
+
+  /** Records one decision that took `seconds`. */
+  record(outcome: Outcome, seconds: number): void {
+    this.outcomes[outcome]++
+    this.sum += seconds
+    this.count++
+    let i = 0
+    while (i < LATENCY_BUCKETS.length && seconds > (LATENCY_BUCKETS[i] as number)) i++
+    ;(this.buckets as Float64Array)[i] = (this.buckets[i] as number) + 1
+  }
+}
+
+type MetricValue = { labels: Record<string, string | number>; value: number; metricName?: string }
+
+/**
+ * The service's Prometheus metrics, in a registry of its own (two services in one process do
+ * not share counters).
+ */
+export class ServiceMetrics {
+  readonly registry = new Registry()
+  private readonly tallies = new Map<string, DecisionTally>()
+  private readonly byPolicy = new WeakMap<Policy, DecisionTally>()
+  private readonly storeErrors: Counter<'store' | 'operation'>
+  private readonly reloads: Counter<'result'>
+
+  constructor(current: () => Runtime | undefined, options: { defaultMetrics?: boolean } = {}) {
+    const registers = [this.registry]
+    const startedAt = Date.now()
+    const tallies = this.tallies
+    this.custom({
+      name: 'ratelimiting_decisions_total',
+      help: 'Rate-limit decisions by policy, algorithm and outcome (allowed, denied, store_error, failed_open, failed_closed).',
+      type: 'counter',
+      values: () => {
+        const values: MetricValue[] = []
+        for (const t of tallies.values()) {
+          for (const outcome of OUTCOMES) {
+            const value = t.outcomes[outcome]
+            if (value > 0) values.push({ labels: { policy: t.policy, algorithm: t.algorithm, outcome }, value })
+          }
+        }
+        return values
+      },
+    })
+    this.custom({
+      name: 'ratelimiting_decision_duration_seconds',
+      help: 'Time to decide one request (store round trip included), seconds.',
+      type: 'histogram',
+      values: () => {
+        const name = 'ratelimiting_decision_duration_seconds'
+        const values: MetricValue[] = []
+        for (const t of tallies.values()) {
+          const labels = { policy: t.policy, algorithm: t.algorithm }
+          let cumulative = 0
+          LATENCY_BUCKETS.forEach((le, i) => {
+            cumulative += t.buckets[i] as number
+            values.push({ metricName: `${name}_bucket`, labels: { le, ...labels }, value: cumulative })
+          })
+          values.push({ metricName: `${name}_bucket`, labels: { le: '+Inf', ...labels }, value: t.count })
+          values.push({ metricName: `${name}_sum`, labels, value: t.sum })
+          values.push({ metricName: `${name}_count`, labels, value: t.count })
+        }
+        return values
+      },
+    })
+    this.storeErrors = new Counter({
+      name: 'ratelimiting_store_errors_total',
+      help: 'Store failures by store type and operation (decide, peek, reset, readiness, sync, connection).',
+      labelNames: ['store', 'operation'],
+      registers,
+    })
+    this.reloads = new Counter({
+      name: 'ratelimiting_config_reloads_total',
+      help: 'Config reloads by result (success, failure).',
+      labelNames: ['result'],
+      registers,
+    })
+    const engines = () => {
+      const runtime = current()
+      return runtime === undefined ? [] : [...runtime.policies.values()].filter((p) => p.engine !== undefined)
+    }
+    new Gauge({
+      name: 'ratelimiting_sync_lag_seconds',
+      help: 'sliding-window-counter-algo: seconds since the last sync that reached the store (since start when none has yet).',
+      labelNames: ['policy'],
+      registers,
+      collect() {
+        this.reset()
+        const now = Date.now()
+        for (const p of engines()) {
+          const stats = p.engine?.stats()
+          if (stats === undefined || stats.mode === 'local') continue
+          const since = stats.lastSyncAtMs > 0 ? stats.lastSyncAtMs : startedAt
+          this.set({ policy: p.name }, Math.max(0, now - since) / 1000)
+        }
+      },
+    })
+    new Gauge({
+      name: 'ratelimiting_sync_pending_hits',
+      help: 'sliding-window-counter-algo: hits not yet pushed to the store at the last sync.',
+      labelNames: ['policy'],
+      registers,
+      collect() {
+        this.reset()
+        for (const p of engines()) {
+          const stats = p.engine?.stats()
+          if (stats !== undefined && stats.mode !== 'local') this.set({ policy: p.name }, stats.pendingHits)
+        }
+      },
+    })
+    new Gauge({
+      name: 'ratelimiting_sync_pending_windows',
+      help: 'sliding-window-counter-algo: key-windows with unpushed hits at the last sync.',
+      labelNames: ['policy'],
+      registers,
+      collect() {
+        this.reset()
+        for (const p of engines()) {
+          const stats = p.engine?.stats()
+          if (stats !== undefined && stats.mode !== 'local') this.set({ policy: p.name }, stats.pendingWindows)
+        }
+      },
+    })
+    new Gauge({
+      name: 'ratelimiting_local_keys',
+      help: 'sliding-window-counter-algo: key-windows held in the local counter table.',
+      labelNames: ['policy'],
+      registers,
+      collect() {
+        this.reset()
+        for (const p of engines()) {
+          const stats = p.engine?.stats()
+          if (stats !== undefined) this.set({ policy: p.name }, stats.dict.keys)
+        }
+      },
+    })
+    new Gauge({
+      name: 'ratelimiting_policy_info',
+      help: 'The policies of the running config (value 1): algorithm, limit, window seconds and store.',
+      labelNames: ['policy', 'algorithm', 'limit', 'window', 'store'],
+      registers,
+      collect() {
+        this.reset()
+        const runtime = current()
+        if (runtime === undefined) return
+        for (const p of runtime.policies.values()) {
+          this.set(
+            { policy: p.name, algorithm: p.algo, limit: String(p.limit), window: String(p.windowSize), store: runtime.store.type },
+            1,
+          )
+        }
+      },
+    })
+    if (options.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry })
+  }
+
+  /** The tally of a policy (kept across reloads for the same policy name and algorithm). */
+  tally(policy: Policy): DecisionTally {
+    let tally = this.byPolicy.get(policy)
+    if (tally !== undefined) return tally
+    const id = `${policy.name}\u0000${policy.algo}`
+    tally = this.tallies.get(id)
+    if (tally === undefined) {
+      tally = new DecisionTally(policy.name, policy.algo)
+      this.tallies.set(id, tally)
+    }
+    this.byPolicy.set(policy, tally)
+    return tally
+  }
+
+  /** Counts a store failure. */
+  storeError(store: string, operation: string): void {
+    this.storeErrors.inc({ store, operation })
+  }
+
+  /** Counts a reload. */
+  reload(result: 'success' | 'failure'): void {
+    this.reloads.inc({ result })
+  }
+
+  /** The exposition text and its content type. */
+  async render(): Promise<{ body: string; contentType: string }> {
+    return { body: await this.registry.metrics(), contentType: this.registry.contentType }
+  }
+
+  // A metric whose values are computed at scrape time from plain numbers.
+  private custom(spec: { name: string; help: string; type: 'counter' | 'histogram'; values: () => MetricValue[] }): void {
+    const metric = {
+      name: spec.name,
+      help: spec.help,
+      type: spec.type,
+      get: async () => ({ name: spec.name, help: spec.help, type: spec.type, values: spec.values(), aggregator: 'sum' }),
+    }
+    this.registry.registerMetric(metric as unknown as Metric)
+  }
+}

@@ -1,0 +1,177 @@
+import { MemoryFixedWindow } from '../algorithms/fixed-window-memory.js'
+import { RedisFixedWindow } from '../algorithms/fixed-window-redis.js'
+import { MemorySlidingLog } from '../algorithms/sliding-log-memory.js'
+import { RedisSlidingLog } from '../algorithms/sliding-log-redis.js'
+import type { RateLimitAlgorithm } from '../algorithms/types.js'
+import type { HeaderMode } from '../core/headers.js'
+import { TokenAuth } from './auth.js'
+import type { AlgorithmName, PolicyConfig, ServiceConfig } from './config.js'
+import { CounterAlgorithm, CounterEngine } from './counter-algorithm.js'
+import { openStore, type StoreHandle, storeSignature } from './stores.js'
+
+/** A policy ready to decide: its config and its algorithm. */
+export interface Policy {
+  readonly name: string
+  readonly algo: AlgorithmName
+  readonly limit: number
+  /** Window, seconds. */
+  readonly windowSize: number
+  readonly algorithm: RateLimitAlgorithm
+  /** The counter algorithm's engine, for the sync metrics. */
+  readonly engine: CounterEngine | undefined
+}
+
+/** Hooks a runtime reports through. */
+export interface RuntimeHooks {
+  /** A store failure outside a request (connection errors, background syncs). */
+  readonly onStoreError: (operation: string, error: Error) => void
+}
+
+/**
+ * Everything one config needs to answer requests: its store connections and its policies.
+ * A reload builds a new runtime from the old one, keeping the store connections and the
+ * counters of every policy whose algorithm, window and store did not change, so a reload that
+ * only edits a limit (or auth, or another policy) forgets no one's usage.
+ */
+export class Runtime {
+  readonly config: ServiceConfig
+  readonly store: StoreHandle
+  readonly policies: ReadonlyMap<string, Policy>
+  readonly defaultPolicy: Policy
+  readonly headerMode: HeaderMode
+  readonly auth: TokenAuth
+  /** Counter state by signature (policy name, algorithm, window, sync rate, store): what a reload can carry over. */
+  readonly states: ReadonlyMap<string, RateLimitAlgorithm>
+  private inflight = 0
+  private retired: (() => void) | undefined
+
+  private constructor(config: ServiceConfig, store: StoreHandle, policies: Map<string, Policy>, states: Map<string, RateLimitAlgorithm>) {
+    this.config = config
+    this.store = store
+    this.policies = policies
+    this.defaultPolicy = policies.get('default') as Policy
+    this.headerMode = config.server.headers
+    this.auth = new TokenAuth(config.auth)
+    this.states = states
+  }
+
+  /** Builds the runtime of `config`, reusing what `previous` holds for unchanged parts. */
+  static async create(config: ServiceConfig, hooks: RuntimeHooks, previous?: Runtime): Promise<Runtime> {
+    const needsStrategy = [...config.policies.values()].some((p) => p.algo === 'sliding-window-counter-algo' && p.syncRate >= 0)
+    const storeOptions = {
+      needsStrategy,
+      keyPrefix: config.keyPrefix,
+      onError: (err: Error) => hooks.onStoreError('connection', err),
+    }
+    let store: StoreHandle
+    const sameStore = previous !== undefined && previous.store.signature === storeSignature(config.store, config.keyPrefix)
+    if (sameStore) {
+      store = previous.store
+      if (needsStrategy) await store.strategy()
+    } else {
+      store = await openStore(config.store, storeOptions)
+    }
+    const policies = new Map<string, Policy>()
+    const states = new Map<string, RateLimitAlgorithm>()
+    const made: CounterEngine[] = []
+    try {
+      for (const p of config.policies.values()) {
+        const signature = stateSignature(p, store)
+        const kept = sameStore ? previous?.states.get(signature) : undefined
+        let algorithm: RateLimitAlgorithm
+        if (kept !== undefined) {
+          algorithm = kept.limit === p.maxRequests ? kept : kept.withLimit(p.maxRequests)
+        } else {
+          algorithm = await makeAlgorithm(p, config, store, hooks)
+          if (algorithm instanceof CounterAlgorithm) made.push(algorithm.engine)
+        }
+        states.set(signature, algorithm)
+        policies.set(p.name, {
+          name: p.name,
+          algo: p.algo,
+          limit: p.maxRequests,
+          windowSize: p.windowSize,
+          algorithm,
+          engine: algorithm instanceof CounterAlgorithm ? algorithm.engine : undefined,
+        })
+      }
+    } catch (err) {
+      await Promise.allSettled(made.map((e) => e.close()))
+      if (!sameStore) await store.close().catch(() => undefined)
+      throw err
+    }
+    return new Runtime(config, store, policies, states)
+  }
+
+  /** Marks a request as using this runtime. */
+  enter(): void {
+    this.inflight++
+  }
+
+  /** Marks a request as done with this runtime. */
+  leave(): void {
+    if (--this.inflight === 0 && this.retired !== undefined) this.retired()
+  }
+
+  /**
+   * Closes what `next` did not take over, once the requests still using this runtime are done:
+   * engines are flushed (their unsynced counts reach the store), connections closed.
+   */
+  async retire(next: Runtime | undefined): Promise<void> {
+    if (this.inflight > 0) await new Promise<void>((resolve) => (this.retired = resolve))
+    const keptEngines = new Set<CounterEngine>()
+    if (next !== undefined) for (const p of next.policies.values()) if (p.engine !== undefined) keptEngines.add(p.engine)
+    const closing: Promise<unknown>[] = []
+    for (const p of this.policies.values()) if (p.engine !== undefined && !keptEngines.has(p.engine)) closing.push(p.engine.close())
+    const results = await Promise.allSettled(closing)
+    if (next?.store !== this.store) await this.store.close()
+    const failed = results.find((r) => r.status === 'rejected')
+    if (failed !== undefined) throw (failed as PromiseRejectedResult).reason
+  }
+}
+
+function stateSignature(p: PolicyConfig, store: StoreHandle): string {
+  const sync = p.algo === 'sliding-window-counter-algo' ? p.syncRate : 0
+  return JSON.stringify([p.name, p.algo, p.windowSize, sync, store.signature])
+}
+
+async function makeAlgorithm(p: PolicyConfig, config: ServiceConfig, store: StoreHandle, hooks: RuntimeHooks): Promise<RateLimitAlgorithm> {
+  const windowMs = p.windowSize * 1000
+  const redis = store.redis
+  const timeoutMs = config.store.timeoutMs
+  switch (p.algo) {
+    case 'fixed-window-algo':
+      return redis === undefined
+        ? new MemoryFixedWindow({ limit: p.maxRequests, windowMs })
+        : new RedisFixedWindow({
+            client: redis,
+            limit: p.maxRequests,
+            windowMs,
+            prefix: config.keyPrefix,
+            timeoutMs,
+          })
+    case 'sliding-window-algo':
+      return redis === undefined
+        ? new MemorySlidingLog({ limit: p.maxRequests, windowMs })
+        : new RedisSlidingLog({
+            client: redis,
+            limit: p.maxRequests,
+            windowMs,
+            prefix: config.keyPrefix,
+            timeoutMs,
+          })
+    case 'sliding-window-counter-algo': {
+      const engine = new CounterEngine({
+        namespace: p.name,
+        windowSize: p.windowSize,
+        syncRate: p.syncRate,
+        strategy: p.syncRate < 0 ? undefined : await store.strategy(),
+        storeTimeoutMs: timeoutMs,
+        // synchronous mode: a failed store is reported on the decision, and the fail policy decides
+        onStoreError: 'deny',
+        onError: (err) => hooks.onStoreError('sync', err),
+      })
+      return new CounterAlgorithm(engine, p.maxRequests)
+    }
+  }
+}

@@ -1,0 +1,302 @@
+import { createHash } from 'node:crypto'
+import { type FSWatcher, watch } from 'node:fs'
+import { readFile } from 'node:fs/promises'
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import path from 'node:path'
+import type { Logger } from 'pino'
+import { type ConfigEnv, ConfigFileError, defaultConfig, type LogLevel, parseConfig, type ServiceConfig } from './config.js'
+import { createRequestHandler } from './http.js'
+import { createLogger } from './logger.js'
+import { ServiceMetrics } from './metrics.js'
+import { Runtime } from './runtime.js'
+
+/** Options of {@link startService}. */
+export interface ServiceOptions {
+  /** The YAML config file; watched for changes. Without it (and without `config`) the built-in default runs. */
+  readonly configPath?: string
+  /** An already validated config (then `configPath` is only used for reloads). */
+  readonly config?: ServiceConfig
+  /** Environment overrides (RATELIMITING_STORE_URL, ...). @default process.env */
+  readonly env?: ConfigEnv
+  /** The logger. @default a pino logger writing JSON lines to stdout */
+  readonly logger?: Logger
+  /** Overrides the config's `log-level`, across reloads too. */
+  readonly logLevel?: LogLevel
+  /** Override the config's `server.host` / `server.port` (port 0 picks a free port). */
+  readonly host?: string
+  readonly port?: number
+  /** Reload when the config file changes. @default true when `configPath` is given */
+  readonly watch?: boolean
+  /** Milliseconds of quiet after a file change before reloading. @default 200 */
+  readonly watchDebounceMs?: number
+  /** Include Node's default process metrics in /metrics. @default true */
+  readonly defaultMetrics?: boolean
+}
+
+/** A running service. */
+export interface RunningService {
+  /** `http://host:port` */
+  readonly url: string
+  readonly host: string
+  readonly port: number
+  readonly server: Server
+  readonly metrics: ServiceMetrics
+  readonly logger: Logger
+  /** The config new requests use. */
+  config(): ServiceConfig
+  /** The runtime new requests use (for tests and diagnostics). */
+  runtime(): Runtime
+  /**
+   * Loads the config file again and applies it to new requests. Resolves true when applied,
+   * false when the new config was invalid (it is logged; the running config stays).
+   */
+  reload(trigger?: string): Promise<boolean>
+  /**
+   * Graceful stop: stops accepting connections, lets in-flight requests finish (up to
+   * `server.shutdown-timeout-ms`), flushes unsynced counts and closes the store. Rejects when
+   * the flush failed.
+   */
+  close(): Promise<void>
+}
+
+function hash(text: string): string {
+  return createHash('sha256').update(text).digest('hex')
+}
+
+/**
+ * Starts the rate-limit service: loads the config (or the built-in default), opens its store,
+ * listens, and reloads on `reload()` and on changes of the config file.
+ *
+ * @example
+ * const service = await startService({ configPath: 'ratelimiting.yaml' })
+ * process.on('SIGTERM', () => service.close().then(() => process.exit(0)))
+ */
+export async function startService(options: ServiceOptions = {}): Promise<RunningService> {
+  const env = options.env ?? (process.env as ConfigEnv)
+  const configPath = options.configPath
+  let appliedHash = ''
+  let config: ServiceConfig
+  if (options.config !== undefined) config = options.config
+  else if (configPath !== undefined) {
+    const text = await readConfigText(configPath)
+    config = parseConfig(text, configPath, env)
+    appliedHash = hash(text)
+  } else config = defaultConfig(env)
+
+  const logger = options.logger ?? createLogger(options.logLevel ?? config.logLevel)
+  if (options.logger !== undefined && options.logLevel !== undefined) logger.level = options.logLevel
+  const levelOf = (c: ServiceConfig) => options.logLevel ?? c.logLevel
+
+  let current: Runtime | undefined
+  const metrics = new ServiceMetrics(() => current, {
+    defaultMetrics: options.defaultMetrics ?? true,
+  })
+  // background failures (reconnects, periodic syncs) repeat while a store is down: one log line
+  // per operation and second, with the count of those left out
+  const lastLogged = new Map<string, { atMs: number; suppressed: number }>()
+  const hooks = {
+    onStoreError(operation: string, err: Error) {
+      metrics.storeError(current?.store.type ?? 'unknown', operation)
+      const now = Date.now()
+      const last = lastLogged.get(operation)
+      if (last !== undefined && now - last.atMs < 1000) {
+        last.suppressed++
+        return
+      }
+      lastLogged.set(operation, { atMs: now, suppressed: 0 })
+      logger.warn(
+        { err: { message: err.message, code: (err as { code?: string }).code }, operation, suppressed: last?.suppressed ?? 0 },
+        'store error',
+      )
+    },
+  }
+  current = await Runtime.create(config, hooks)
+  let closing = false
+  const retiring = new Set<Promise<void>>()
+
+  const server = createServer(
+    createRequestHandler({
+      runtime: () => current as Runtime,
+      closing: () => closing,
+      metrics,
+      logger,
+    }),
+  )
+  const applyServerTimeouts = (c: ServiceConfig) => {
+    server.requestTimeout = c.server.requestTimeoutMs
+    server.headersTimeout = Math.min(60_000, c.server.requestTimeoutMs)
+  }
+  applyServerTimeouts(config)
+  const host = options.host ?? config.server.host
+  const requestedPort = options.port ?? config.server.port
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(requestedPort, host, () => {
+        server.off('error', reject)
+        resolve()
+      })
+    })
+  } catch (err) {
+    await current.retire(undefined).catch(() => undefined)
+    throw err
+  }
+  const port = (server.address() as AddressInfo).port
+  const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`
+  logger.info(
+    {
+      url,
+      config: config.source,
+      store: config.store.type,
+      policies: [...config.policies.values()].map((p) => ({
+        name: p.name,
+        algo: p.algo,
+        limit: p.maxRequests,
+        window: p.windowSize,
+      })),
+      auth: current.auth.enabled,
+    },
+    'ratelimiting service listening',
+  )
+  if (!current.auth.enabled && !['127.0.0.1', '::1', 'localhost'].includes(host))
+    logger.warn({ host }, 'no auth tokens configured and listening beyond loopback: anyone who can reach it can reset counters')
+
+  let reloading: Promise<boolean> = Promise.resolve(true)
+  async function doReload(trigger: string, onlyIfChanged: boolean): Promise<boolean> {
+    if (configPath === undefined) {
+      logger.warn({ trigger }, 'reload asked, but the service runs on the built-in default config: nothing to reload')
+      return false
+    }
+    if (closing) return false
+    let next: ServiceConfig
+    let text: string
+    try {
+      text = await readConfigText(configPath)
+      if (onlyIfChanged && hash(text) === appliedHash) return true
+      next = parseConfig(text, configPath, env)
+    } catch (err) {
+      metrics.reload('failure')
+      const issues = err instanceof ConfigFileError ? err.message.split('\n') : [String(err)]
+      logger.error({ trigger, issues }, 'config reload rejected; the running config stays')
+      return false
+    }
+    const previous = current as Runtime
+    let runtime: Runtime
+    try {
+      runtime = await Runtime.create(next, hooks, previous)
+    } catch (err) {
+      metrics.reload('failure')
+      logger.error({ trigger, err }, 'config reload failed while opening the store; the running config stays')
+      return false
+    }
+    if (closing) {
+      await runtime.retire(undefined).catch(() => undefined)
+      return false
+    }
+    if (next.server.host !== previous.config.server.host || next.server.port !== previous.config.server.port)
+      logger.warn({ host, port }, 'server.host and server.port changes need a restart; still listening on the old address')
+    current = runtime
+    appliedHash = hash(text)
+    logger.level = levelOf(next)
+    applyServerTimeouts(next)
+    const retire = previous.retire(runtime).catch((err: unknown) => logger.error({ err }, 'flushing the previous config failed'))
+    retiring.add(retire)
+    void retire.finally(() => retiring.delete(retire))
+    metrics.reload('success')
+    logger.info(
+      {
+        trigger,
+        config: next.source,
+        store: next.store.type,
+        policies: [...next.policies.values()].map((p) => ({
+          name: p.name,
+          algo: p.algo,
+          limit: p.maxRequests,
+          window: p.windowSize,
+        })),
+      },
+      'config reloaded',
+    )
+    return true
+  }
+  const reload = (trigger = 'api', onlyIfChanged = false): Promise<boolean> => {
+    reloading = reloading.then(() => doReload(trigger, onlyIfChanged))
+    return reloading
+  }
+
+  let watcher: FSWatcher | undefined
+  let debounce: NodeJS.Timeout | undefined
+  if (configPath !== undefined && (options.watch ?? true)) {
+    const dir = path.dirname(path.resolve(configPath))
+    const base = path.basename(configPath)
+    const delay = options.watchDebounceMs ?? 200
+    try {
+      // the directory, not the file: editors and config managers replace files by rename
+      watcher = watch(dir, { persistent: false }, (_event, filename) => {
+        if (filename !== null && filename !== base) return
+        clearTimeout(debounce)
+        debounce = setTimeout(() => void reload('file change', true), delay)
+        debounce.unref()
+      })
+      watcher.on('error', (err) => logger.warn({ err }, 'watching the config file failed; reload with SIGHUP'))
+    } catch (err) {
+      logger.warn({ err }, 'cannot watch the config file; reload with SIGHUP')
+    }
+  }
+
+  let closed: Promise<void> | undefined
+  function close(): Promise<void> {
+    closed ??= (async () => {
+      closing = true
+      watcher?.close()
+      clearTimeout(debounce)
+      const shutdownTimeoutMs = (current as Runtime).config.server.shutdownTimeoutMs
+      logger.info({ shutdownTimeoutMs }, 'shutting down: no new connections, finishing in-flight requests')
+      const stopped = new Promise<void>((resolve) => server.close(() => resolve()))
+      server.closeIdleConnections()
+      // keep-alive connections that go idle after their last answer are closed as they do
+      const idle = setInterval(() => server.closeIdleConnections(), 50)
+      const force = setTimeout(() => {
+        logger.warn('shutdown timeout: closing the remaining connections')
+        server.closeAllConnections()
+      }, shutdownTimeoutMs)
+      force.unref()
+      await stopped
+      clearInterval(idle)
+      clearTimeout(force)
+      await reloading.catch(() => undefined)
+      await Promise.all(retiring)
+      try {
+        await (current as Runtime).retire(undefined)
+        logger.info('stopped; unsynced counts flushed')
+      } catch (err) {
+        logger.error({ err }, 'flushing unsynced counts failed')
+        throw err
+      }
+    })()
+    return closed
+  }
+
+  return {
+    url,
+    host,
+    port,
+    server,
+    metrics,
+    logger,
+    config: () => (current as Runtime).config,
+    runtime: () => current as Runtime,
+    reload: (trigger = 'api') => reload(trigger),
+    close,
+  }
+}
+
+async function readConfigText(file: string): Promise<string> {
+  try {
+    return await readFile(file, 'utf8')
+  } catch (err) {
+    const reason = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'file not found' : `cannot read: ${(err as Error).message}`
+    throw new ConfigFileError(file, [{ path: '', message: reason }])
+  }
+}

@@ -1,0 +1,179 @@
+import assert from 'node:assert/strict'
+import path from 'node:path'
+import { describe, it } from 'node:test'
+import { fileURLToPath } from 'node:url'
+import { ConfigFileError, defaultConfig, loadConfigFile, parseConfig } from '../../src/server/config.js'
+import { loadStoreModule, StoreStartError } from '../../src/server/stores.js'
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
+
+function issuesOf(text: string, env = {}): string[] {
+  try {
+    parseConfig(text, 'rl.yaml', env)
+  } catch (err) {
+    assert.ok(err instanceof ConfigFileError, `expected a ConfigFileError, got ${String(err)}`)
+    return err.message.split('\n')
+  }
+  assert.fail('the config was accepted')
+}
+
+describe('service config', () => {
+  it('has a built-in default: memory store, sliding-window-algo, 100 per 60 s on 127.0.0.1:8080', () => {
+    const c = defaultConfig()
+    assert.equal(c.server.host, '127.0.0.1')
+    assert.equal(c.server.port, 8080)
+    assert.equal(c.store.type, 'memory')
+    assert.deepEqual(c.policies.get('default'), {
+      name: 'default',
+      algo: 'sliding-window-algo',
+      maxRequests: 100,
+      windowSize: 60,
+      syncRate: -1,
+    })
+    assert.equal(c.keyPrefix, 'rlaas:rate_limit')
+    assert.equal(c.onStoreError, 'error')
+    assert.equal(c.auth, undefined)
+  })
+
+  it('ships examples/ratelimiting.yaml equal to the built-in default', async () => {
+    const file = path.join(root, 'examples/ratelimiting.yaml')
+    const fromFile = await loadConfigFile(file)
+    assert.deepEqual({ ...fromFile, source: '' }, { ...defaultConfig(), source: '' })
+  })
+
+  it('reads the seed property names and named policies that inherit the rest', () => {
+    const c = parseConfig(
+      [
+        'rate-limiter:',
+        '  use-algo: fixed-window-algo',
+        '  max-requests: 10',
+        '  window-size: 30',
+        'policies:',
+        '  login: { max-requests: 5 }',
+        '  bulk: { use-algo: sliding-window-counter-algo, window-size: 3600, sync-rate: 0.5 }',
+        'store: { type: redis, url: "redis://127.0.0.1:6379" }',
+      ].join('\n'),
+      'rl.yaml',
+    )
+    assert.deepEqual([...c.policies.keys()], ['default', 'login', 'bulk'])
+    assert.deepEqual(c.policies.get('login'), {
+      name: 'login',
+      algo: 'fixed-window-algo',
+      maxRequests: 5,
+      windowSize: 30,
+      syncRate: 0.1,
+    })
+    assert.deepEqual(c.policies.get('bulk'), {
+      name: 'bulk',
+      algo: 'sliding-window-counter-algo',
+      maxRequests: 10,
+      windowSize: 3600,
+      syncRate: 0.5,
+    })
+  })
+
+  it('names the file, line, key path and reason of an unknown key', () => {
+    const [line] = issuesOf('rate-limiter:\n  use-algo: fixed-window-algo\n  max-request: 5\n')
+    assert.match(line as string, /^rl\.yaml:3:3: rate-limiter\.max-request: unknown key; expected one of use-algo, max-requests/)
+  })
+
+  it('names a wrong type with the value it got', () => {
+    const [line] = issuesOf('rate-limiter:\n  window-size: "60s"\n')
+    assert.equal(line, 'rl.yaml:2:3: rate-limiter.window-size: must be an integer, got "60s"')
+  })
+
+  it('names an unknown algorithm with the accepted ones', () => {
+    const [line] = issuesOf('rate-limiter:\n  use-algo: token-bucket\n')
+    assert.equal(
+      line,
+      'rl.yaml:2:3: rate-limiter.use-algo: must be one of fixed-window-algo, sliding-window-algo, sliding-window-counter-algo, got "token-bucket"',
+    )
+  })
+
+  it('lists every problem, not only the first', () => {
+    const lines = issuesOf('server: { port: 70000 }\nrate-limiter: { max-requests: 0 }\nstore: { type: redis }\n')
+    assert.equal(lines.length, 3, lines.join('\n'))
+    assert.ok(lines.some((l) => l.includes('server.port: must be <= 65535, got 70000')))
+    assert.ok(lines.some((l) => l.includes('rate-limiter.max-requests: must be >= 1, got 0')))
+    assert.ok(lines.some((l) => l.includes('store.url: is required for store type redis')))
+  })
+
+  it('refuses the seed algorithms on a store that cannot run them', () => {
+    const [line] = issuesOf('rate-limiter: { use-algo: fixed-window-algo }\nstore: { type: postgres, url: "postgres://localhost/db" }\n')
+    assert.match(
+      line as string,
+      /rate-limiter\.use-algo: fixed-window-algo keeps its counters in redis or memory, but store\.type is postgres/,
+    )
+  })
+
+  it('refuses invalid YAML with its position', () => {
+    const [line] = issuesOf('rate-limiter:\n  use-algo: [unclosed\n')
+    assert.match(line as string, /^rl\.yaml:\d+:\d+: invalid YAML/)
+  })
+
+  it('refuses a document that is not a mapping', () => {
+    assert.match(issuesOf('- a\n- b\n')[0] as string, /the document must be a mapping of sections, got a list/)
+  })
+
+  it('refuses a policy named default and bad policy names', () => {
+    assert.match(
+      issuesOf('policies:\n  default: { max-requests: 1 }\n')[0] as string,
+      /policies\.default: the default policy is the rate-limiter section/,
+    )
+    assert.match(
+      issuesOf('policies:\n  "bad name": { max-requests: 1 }\n')[0] as string,
+      /rl\.yaml:2:3: policies\.bad name: is not a valid policy name/,
+    )
+  })
+
+  it('refuses a sync rate between 0 and 1 ms', () => {
+    const [line] = issuesOf('rate-limiter: { use-algo: sliding-window-counter-algo, sync-rate: 0.0001 }\n')
+    assert.match(line as string, /rate-limiter\.sync-rate: must be 0 \(every hit\), < 0 \(local only\) or at least 0\.001 s/)
+  })
+
+  it('refuses short tokens', () => {
+    assert.match(issuesOf('auth: { tokens: [abc] }\n')[0] as string, /auth\.tokens\.0: must NOT have fewer than 8 characters/)
+  })
+
+  it('takes the store URL and tokens from the environment', () => {
+    const text = 'store: { type: redis, url: "redis://example.invalid:6379" }\n'
+    const c = parseConfig(text, 'rl.yaml', {
+      RATELIMITING_STORE_URL: 'redis://127.0.0.1:6380',
+      RATELIMITING_AUTH_TOKENS: 'client-token-1, client-token-2',
+      RATELIMITING_ADMIN_TOKENS: 'admin-token-1',
+    })
+    assert.equal(c.store.url, 'redis://127.0.0.1:6380')
+    assert.deepEqual(c.auth, {
+      tokens: ['client-token-1', 'client-token-2'],
+      adminTokens: ['admin-token-1'],
+    })
+    const mc = parseConfig('rate-limiter: { use-algo: sliding-window-counter-algo }\nstore: { type: memcached }\n', 'rl.yaml', {
+      RATELIMITING_STORE_URL: '127.0.0.1:11211,127.0.0.1:11212',
+    })
+    assert.deepEqual(mc.store.servers, ['127.0.0.1:11211', '127.0.0.1:11212'])
+    const cluster = parseConfig('store: { type: redis }\n', 'rl.yaml', {
+      RATELIMITING_STORE_URL: '127.0.0.1:7000,127.0.0.1:7001',
+    })
+    assert.deepEqual(cluster.store.nodes, ['127.0.0.1:7000', '127.0.0.1:7001'])
+  })
+
+  it('ignores the store URL variable for the memory store', () => {
+    assert.equal(
+      parseConfig('store: { type: memory }\n', 'rl.yaml', {
+        RATELIMITING_STORE_URL: 'redis://x:1',
+      }).store.url,
+      undefined,
+    )
+  })
+
+  it('says a missing file is missing', async () => {
+    await assert.rejects(loadConfigFile(path.join(root, 'no-such-config.yaml')), /no-such-config\.yaml: file not found/)
+  })
+
+  it('names a store module that is not in the build', async () => {
+    await assert.rejects(
+      loadStoreModule('../strategies/no-such-store/index.js', 'cassandra'),
+      (err: unknown) => err instanceof StoreStartError && /store type cassandra is not available in this build/.test(err.message),
+    )
+  })
+})
