@@ -8,6 +8,7 @@ import express, { type Express } from 'express'
 import { rateLimit } from 'express-rate-limit'
 import { createExpressMiddleware, RateLimitingStore } from '../../src/adapters/express.js'
 import { ConfigError, createFakeClock, MemoryStrategy, type Strategy } from '../../src/index.js'
+import { RedisStrategy } from '../../src/strategies/redis/index.js'
 
 const MINUTE = 1_699_999_980_000 // a minute boundary
 const servers = new Set<Server>()
@@ -210,6 +211,7 @@ describe('express-rate-limit with RateLimitingStore', () => {
   })
 
   sharedStoreCase('memory', () => new MemoryStrategy())
+  sharedStoreCase('redis', () => new RedisStrategy({ url: 'redis://127.0.0.1:6379', prefix: 'adapters-test' }))
 })
 
 /**

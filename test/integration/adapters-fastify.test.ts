@@ -5,6 +5,7 @@ import rateLimit from '@fastify/rate-limit'
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify'
 import { createFastifyHook, createFastifyStore, fastifyRateLimiting } from '../../src/adapters/fastify.js'
 import { createFakeClock, MemoryStrategy, type Strategy } from '../../src/index.js'
+import { RedisStrategy } from '../../src/strategies/redis/index.js'
 
 const MINUTE = 1_699_999_980_000 // a minute boundary
 
@@ -138,6 +139,7 @@ describe('@fastify/rate-limit with createFastifyStore', () => {
   })
 
   sharedStoreCase('memory', () => new MemoryStrategy())
+  sharedStoreCase('redis', () => new RedisStrategy({ url: 'redis://127.0.0.1:6379', prefix: 'adapters-test' }))
 })
 
 /**

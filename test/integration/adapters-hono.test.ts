@@ -3,6 +3,7 @@ import { describe, it } from 'node:test'
 import { type Context, Hono } from 'hono'
 import { createHonoMiddleware, type HonoMiddlewareOptions } from '../../src/adapters/hono.js'
 import { ConfigError, createFakeClock, MemoryStrategy, RateLimiting, type Strategy } from '../../src/index.js'
+import { RedisStrategy } from '../../src/strategies/redis/index.js'
 
 const MINUTE = 1_699_999_980_000 // a minute boundary
 
@@ -212,6 +213,7 @@ describe('createHonoMiddleware', () => {
   })
 
   sharedStoreCase('memory', () => new MemoryStrategy())
+  sharedStoreCase('redis', () => new RedisStrategy({ url: 'redis://127.0.0.1:6379', prefix: 'adapters-test' }))
 })
 
 /**
