@@ -193,6 +193,11 @@ export class Namespace {
 
   /** Runs one sync cycle now; never two at once (a call during one runs once it ends). */
   sync(): Promise<void> {
+    return this.schedule(0)
+  }
+
+  /** Queues a cycle behind a running one (never two at once); calls meanwhile share one run. */
+  private schedule(settleMs: number): Promise<void> {
     if (this.mode === 'local') return Promise.resolve()
     if (this.queued !== undefined) return this.queued
     if (this.running !== undefined) {
@@ -200,12 +205,12 @@ export class Namespace {
         .catch(() => undefined)
         .then(() => {
           this.queued = undefined
-          return this.runCycle(true)
+          return this.runCycle(true, settleMs)
         })
       this.queued = queued
       return queued
     }
-    return this.runCycle(true)
+    return this.runCycle(true, settleMs)
   }
 
   /**
@@ -294,8 +299,8 @@ export class Namespace {
     this.applyRows(rows, nowMs, true)
   }
 
-  private runCycle(withRefresh: boolean): Promise<void> {
-    const run = this.cycle(withRefresh).finally(() => {
+  private runCycle(withRefresh: boolean, settleMs = 0): Promise<void> {
+    const run = this.cycle(withRefresh, settleMs).finally(() => {
       this.running = undefined
       this.arm()
     })
@@ -303,7 +308,13 @@ export class Namespace {
     return run
   }
 
-  private async cycle(withRefresh: boolean): Promise<void> {
+  /**
+   * One sync: writes every window with unsynced hits and reads back every held key-window.
+   * With `settleMs` (timer-driven syncs) the reads wait that long after the writes, as Kong's
+   * `sleep(sync_rate / 20)` does: the fleet syncs at the same instants, and reading in the same
+   * call as the write would give the first process to write the others' previous round.
+   */
+  private async cycle(withRefresh: boolean, settleMs: number): Promise<void> {
     const started = Date.now()
     const nowMs = this.clock()
     const windows: WindowPush[] = []
@@ -317,17 +328,14 @@ export class Namespace {
     let error: StoreError | undefined
     try {
       const strategy = this.strategy ?? (await this.loadStrategy())
-      const batchSize = this.options.batchSize
-      let w = 0
-      let r = 0
-      while (w < windows.length || r < refresh.length) {
-        const writes = windows.slice(w, w + batchSize)
-        w += writes.length
-        const reads = refresh.slice(r, r + batchSize - writes.length)
-        r += reads.length
-        const batch = { namespace: this.name, nodeId: this.nodeId, seq: ++this.seq, nowMs, windows: writes, refresh: reads }
-        const rows = await withTimeout(strategy.pushDiffs(batch), this.options.storeTimeoutMs, strategy.name, 'pushDiffs')
-        this.applyRows(rows, this.clock(), false)
+      if (settleMs > 0 && withRefresh) {
+        if (windows.length > 0) await this.send(strategy, windows, [], nowMs)
+        await new Promise<void>((resolve) => setTimeout(resolve, settleMs).unref())
+        const reads: WindowRef[] = windows.map((w) => ({ key: w.key, windowStart: w.windowStart, windowSize: w.windowSize }))
+        for (const r of refresh) reads.push(r)
+        await this.send(strategy, [], reads, this.clock())
+      } else {
+        await this.send(strategy, windows, refresh, nowMs)
       }
       this.syncs++
       this.lastSyncAtMs = nowMs
@@ -344,6 +352,22 @@ export class Namespace {
           error,
         })
       }
+    }
+  }
+
+  /** Sends writes and reads in batches of `batchSize` key-windows, applying each answer. */
+  private async send(strategy: Strategy, windows: readonly WindowPush[], refresh: readonly WindowRef[], nowMs: number): Promise<void> {
+    const batchSize = this.options.batchSize
+    let w = 0
+    let r = 0
+    while (w < windows.length || r < refresh.length) {
+      const writes = windows.slice(w, w + batchSize)
+      w += writes.length
+      const reads = refresh.slice(r, r + batchSize - writes.length)
+      r += reads.length
+      const batch = { namespace: this.name, nodeId: this.nodeId, seq: ++this.seq, nowMs, windows: writes, refresh: reads }
+      const rows = await withTimeout(strategy.pushDiffs(batch), this.options.storeTimeoutMs, strategy.name, 'pushDiffs')
+      this.applyRows(rows, this.clock(), false)
     }
   }
 
@@ -416,7 +440,8 @@ export class Namespace {
     const delay = rateMs - (Date.now() % rateMs)
     this.timer = setTimeout(() => {
       this.timer = undefined
-      this.sync().catch(() => undefined) // reported through onError and the channel
+      // reported through onError and the channel
+      this.schedule(Math.max(1, rateMs / 20)).catch(() => undefined)
     }, delay)
     this.timer.unref()
   }
