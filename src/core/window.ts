@@ -32,19 +32,9 @@ export function slidingRate(current: number, previous: number, weight: number): 
  * is `cur * (1 - p')` over the next one.
  */
 export function retryAfterMs(current: number, previous: number, nowMs: number, sizeMs: number, limit: number, cost: number): number {
-  const allowedAt = (t: number): boolean => {
-    const start = Math.floor(t / sizeMs) * sizeMs
-    const nowStart = Math.floor(nowMs / sizeMs) * sizeMs
-    const w = previousWeight(t, sizeMs)
-    let rate: number
-    if (start === nowStart) rate = current + previous * w
-    else if (start === nowStart + sizeMs) rate = current * w
-    else rate = 0
-    return rate + cost <= limit
-  }
-  if (allowedAt(nowMs)) return 0
-  if (cost > limit) return Number.POSITIVE_INFINITY
   const windowStartMs = Math.floor(nowMs / sizeMs) * sizeMs
+  if (isAllowedAt(nowMs, windowStartMs, current, previous, sizeMs, limit, cost)) return 0
+  if (cost > limit) return Number.POSITIVE_INFINITY
   let at: number
   if (current + cost <= limit) {
     // previous > 0 here, or the hit would be allowed now
@@ -54,7 +44,20 @@ export function retryAfterMs(current: number, previous: number, nowMs: number, s
   }
   let t = Math.max(nowMs + 1, Math.ceil(at))
   // Floating point may put the closed form one ms off; settle on the engine's own formula.
-  while (!allowedAt(t)) t++
-  while (t - 1 > nowMs && allowedAt(t - 1)) t--
+  while (!isAllowedAt(t, windowStartMs, current, previous, sizeMs, limit, cost)) t++
+  while (t - 1 > nowMs && isAllowedAt(t - 1, windowStartMs, current, previous, sizeMs, limit, cost)) t--
   return t - nowMs
+}
+
+/**
+ * Whether a hit of `cost` passes at `t`, no other hit arriving after the window starting at
+ * `startMs` held `current` (and the one before it `previous`). A plain function, not a closure:
+ * it runs on every denied hit; see bench/engine.bench.ts.
+ */
+function isAllowedAt(t: number, startMs: number, current: number, previous: number, sizeMs: number, limit: number, cost: number): boolean {
+  let rate: number
+  if (t < startMs + sizeMs) rate = current + previous * ((startMs + sizeMs - t) / sizeMs)
+  else if (t < startMs + 2 * sizeMs) rate = current * ((startMs + 2 * sizeMs - t) / sizeMs)
+  else rate = 0
+  return rate + cost <= limit
 }
