@@ -23,7 +23,7 @@ export interface NamespaceOptions {
   strategyOpts?: Record<string, unknown>
   /** Window sizes in whole seconds, such as `[1, 60, 3600]`. */
   windowSizes: readonly number[]
-  /** Returns the time in epoch ms. @default cachedClock (Date.now(), cached within one event-loop iteration, at most 64 reads) */
+  /** Returns the time in epoch ms. @default cachedClock (Date.now(), cached for at most about 1 ms and 64 reads) */
   clock?: Clock
   /** Most key-windows the dict holds before it evicts (see CounterDict). @default 1_000_000 */
   maxKeys?: number
