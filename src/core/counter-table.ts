@@ -368,8 +368,12 @@ export class WindowTable {
     }
   }
 
-  /** What a single key's synchronous hit sends: its current window written, previous read. */
-  collectKey(key: string, nowMs: number, windows: WindowPush[], refresh: WindowRef[]): void {
+  /**
+   * What a single key's synchronous hit sends: its current window written (or read), and its
+   * previous window written when it has unsynced hits, else read back unless `skipPrevious`
+   * (the caller read it recently and uses the held value). A key not held is read in full.
+   */
+  collectKey(key: string, nowMs: number, windows: WindowPush[], refresh: WindowRef[], skipPrevious = false): void {
     const slot = this.slots.get(key)
     const size = this.sizeSec
     const start = windowStartSec(nowMs, size)
@@ -388,7 +392,7 @@ export class WindowTable {
     const prevAcked = d[base + PREV_ACKED] as number
     if (prevMine !== prevAcked)
       windows.push({ key, windowStart: start - size, windowSize: size, count: prevMine, diff: prevMine - prevAcked })
-    else refresh.push({ key, windowStart: start - size, windowSize: size })
+    else if (!skipPrevious) refresh.push({ key, windowStart: start - size, windowSize: size })
   }
 
   /**

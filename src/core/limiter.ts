@@ -181,18 +181,25 @@ export class Limiter {
     return this.decision(key, 1, nowMs, allowed, storeError)
   }
 
-  private async hitRemote(key: string, cost: number, nowMs: number): Promise<Decision> {
-    const ns = this.namespace
+  private hitRemote(key: string, cost: number, nowMs: number): Promise<Decision> {
     const tables = this.tables
     // One round trip: count, push, read the totals back; the store orders concurrent hits.
-    for (const table of tables) table.add(key, cost, nowMs)
-    let storeError: StoreError | undefined
-    let rows: CounterRow[] | undefined
-    try {
-      rows = await ns.pushKey(key, tables, nowMs)
-    } catch (err) {
-      storeError = err as StoreError
-    }
+    for (let i = 0; i < tables.length; i++) (tables[i] as WindowTable).add(key, cost, nowMs)
+    return this.namespace.pushKey(key, tables, nowMs).then(
+      (rows) => this.remoteDecision(key, cost, nowMs, rows, undefined),
+      (err: unknown) => this.remoteDecision(key, cost, nowMs, undefined, err as StoreError),
+    )
+  }
+
+  // The decision of a synchronous hit from the store's rows (undefined: the store failed).
+  private remoteDecision(
+    key: string,
+    cost: number,
+    nowMs: number,
+    rows: CounterRow[] | undefined,
+    storeError: StoreError | undefined,
+  ): Decision {
+    const ns = this.namespace
     let allowed = true
     for (let i = 0; i < this.limits.length; i++) {
       const l = this.limits[i] as Limit
@@ -207,7 +214,23 @@ export class Limiter {
         this.rates[i] = (this.limits[i] as Limit).table.add(key, -cost, nowMs)
       }
       // the store has the hit: take it back in the background (retried on failure)
-      if (storeError === undefined) void ns.pushKey(key, tables, nowMs).catch(() => undefined)
+      if (storeError === undefined) void ns.pushKey(key, this.tables, nowMs).catch(() => undefined)
+    }
+    if (this.limits.length === 1 && storeError === undefined) {
+      // one limit: the decision() object without its intermediate copies
+      const l = this.limits[0] as Limit
+      const rate = this.rates[0] as number
+      const remaining = l.limit - rate
+      return {
+        allowed,
+        name: l.name,
+        limit: l.limit,
+        window: l.window,
+        remaining: remaining > 0 ? Math.floor(remaining) : 0,
+        rate,
+        resetMs: l.table.sizeMs - (nowMs % l.table.sizeMs),
+        retryAfterMs: (this.before[0] as number) + cost > l.limit ? this.retryAfter(l, key, cost, nowMs) : 0,
+      }
     }
     return this.decision(key, cost, nowMs, allowed, storeError)
   }

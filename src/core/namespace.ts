@@ -5,7 +5,7 @@ import type { CounterDict, DictStats, WindowTable } from './counter-table.js'
 import { StoreError, toStoreError, usageRangeError, usageTypeError } from './errors.js'
 import type { OnStoreError, ResolvedNamespaceOptions, SyncMode } from './options.js'
 import type { CounterRow, Strategy, WindowPush, WindowRef } from './strategy.js'
-import { withTimeout } from './timeout.js'
+import { deadline, withTimeout } from './timeout.js'
 import { previousWeight, windowStartSec } from './window.js'
 
 /** Published with every store failure: `{ namespace, error }`. */
@@ -15,6 +15,19 @@ export const syncChannel = channel('ratelimiting:sync')
 
 // After a failed synchronous hit, unsynced hits are retried on this delay.
 const RETRY_DELAY_MS = 1000
+// Synchronous mode reads a key's previous (closed) window from the store at most once per
+// period of this length (a tenth of the window for windows under 10 s), and in between uses the
+// value it read: a late push or a reset of that window by another process is seen within it.
+const PREVIOUS_REFRESH_MS = 1000
+
+/** Keys of one window table whose previous window was read from the store in the current period. */
+interface PreviousReads {
+  readonly table: WindowTable
+  readonly periodMs: number
+  period: number
+  start: number
+  readonly keys: Set<string>
+}
 
 /** What a namespace reports about itself. */
 export interface NamespaceStats {
@@ -72,6 +85,7 @@ export class Namespace {
   private lastSyncAtMs = 0
   private pendingWindows = 0
   private pendingHits = 0
+  private readonly previousReads: PreviousReads[]
 
   constructor(options: ResolvedNamespaceOptions, dict: CounterDict, resolveStrategy: StrategyResolver) {
     this.options = options
@@ -86,6 +100,13 @@ export class Namespace {
     this.resolveStrategy = resolveStrategy
     const synced = options.mode !== 'local'
     this.tables = options.windowSizes.map((size) => dict.addTable(options.namespace, size, synced))
+    this.previousReads = this.tables.map((table) => ({
+      table,
+      periodMs: Math.min(PREVIOUS_REFRESH_MS, table.sizeMs / 10),
+      period: Number.NaN,
+      start: Number.NaN,
+      keys: new Set<string>(),
+    }))
     this.ownsStrategy = typeof options.strategy === 'string'
     if (synced && typeof options.strategy === 'object') this.strategy = options.strategy
     this.decimals =
@@ -145,8 +166,10 @@ export class Namespace {
 
   /**
    * The rate of `key` as the store answered one push: concurrent hits of this process that were
-   * sent later are not in it, so the store's order decides between concurrent hits. Without
-   * rows (the store failed, onStoreError "local") it is the local estimate.
+   * sent later are not in it, so the store's order decides between concurrent hits. The previous
+   * window is the store's answer, or when the push did not read it (read less than
+   * PREVIOUS_REFRESH_MS ago) the value held since. Without rows (the store failed, onStoreError
+   * "local") it is the local estimate.
    */
   rowsRate(table: WindowTable, key: string, rows: readonly CounterRow[] | undefined, nowMs: number): number {
     if (rows === undefined) return table.rate(key, nowMs)
@@ -154,12 +177,14 @@ export class Namespace {
     const start = windowStartSec(nowMs, size)
     let current: number | undefined
     let previous: number | undefined
-    for (const row of rows) {
+    for (let i = 0; i < rows.length; i++) {
+      const row = rows[i] as CounterRow
       if (row.key !== key || row.windowSize !== size) continue
       if (row.windowStart === start) current = row.count
       else if (row.windowStart === start - size) previous = row.count
     }
-    if (current === undefined || previous === undefined) return table.rate(key, nowMs)
+    if (current === undefined) return table.rate(key, nowMs)
+    if (previous === undefined) previous = table.counts(key, nowMs).previous
     return current + previous * previousWeight(nowMs, table.sizeMs)
   }
 
@@ -169,26 +194,107 @@ export class Namespace {
    * unsynced (a retry is scheduled) and it resolves with undefined; with `onStoreError`
    * "allow"/"deny" the StoreError is rethrown for the caller to decide.
    */
-  async pushKey(key: string, tables: readonly WindowTable[], nowMs: number): Promise<CounterRow[] | undefined> {
+  pushKey(key: string, tables: readonly WindowTable[], nowMs: number): Promise<CounterRow[] | undefined> {
     const windows: WindowPush[] = []
     const refresh: WindowRef[] = []
-    for (const table of tables) table.collectKey(key, nowMs, windows, refresh)
-    try {
-      const strategy = this.strategy ?? (await this.loadStrategy())
-      const rows = await withTimeout(
-        strategy.pushDiffs({ namespace: this.name, nodeId: this.nodeId, seq: ++this.seq, nowMs, windows, refresh }),
-        this.options.storeTimeoutMs,
-        strategy.name,
-        'pushDiffs',
-      )
-      this.applyRows(rows, nowMs, true)
-      return rows
-    } catch (err) {
-      const error = this.report(err)
-      if (windows.length > 0) this.scheduleRetry()
-      if (this.onStoreError !== 'local') throw error
-      return undefined
+    for (let i = 0; i < tables.length; i++) {
+      const table = tables[i] as WindowTable
+      table.collectKey(key, nowMs, windows, refresh, this.previousRead(table, key, nowMs))
     }
+    const strategy = this.strategy
+    if (strategy === undefined)
+      return this.loadStrategy().then(
+        (loaded) => this.pushKeyTo(loaded, windows, refresh, nowMs),
+        (err: unknown) => this.pushKeyFailed(err, windows),
+      )
+    return this.pushKeyTo(strategy, windows, refresh, nowMs)
+  }
+
+  // The store call of pushKey, without an async function's extra promise and ticks: this is
+  // the whole client-side cost of a synchronous hit besides the strategy's own.
+  private pushKeyTo(strategy: Strategy, windows: WindowPush[], refresh: WindowRef[], nowMs: number): Promise<CounterRow[] | undefined> {
+    let sent: Promise<CounterRow[]>
+    try {
+      sent = strategy.pushDiffs({ namespace: this.name, nodeId: this.nodeId, seq: ++this.seq, nowMs, windows, refresh })
+    } catch (err) {
+      return this.pushKeyFailed(err, windows)
+    }
+    // withTimeout() and a then() in one promise: a hit's reply is one reaction here, not two
+    return new Promise<CounterRow[] | undefined>((resolve) => {
+      let timedOut = false
+      const bound = deadline(this.options.storeTimeoutMs, strategy.name, 'pushDiffs', (err) => {
+        timedOut = true
+        resolve(this.pushKeyFailed(err, windows))
+      })
+      sent.then(
+        (rows) => {
+          bound.settle()
+          if (timedOut) return
+          try {
+            this.applyRows(rows, nowMs, true)
+            this.notePreviousReads(rows, nowMs)
+          } catch (err) {
+            resolve(this.pushKeyFailed(err, windows))
+            return
+          }
+          resolve(rows)
+        },
+        (err: unknown) => {
+          bound.settle()
+          if (!timedOut) resolve(this.pushKeyFailed(err, windows))
+        },
+      )
+    })
+  }
+
+  // Whether `key`'s previous window in `table` was read from the store in the current period.
+  private previousRead(table: WindowTable, key: string, nowMs: number): boolean {
+    const reads = this.previousReadsOf(table, nowMs)
+    return reads !== undefined && reads.keys.has(key)
+  }
+
+  // The reads of `table` in the current period; a new period (or window) starts empty.
+  private previousReadsOf(table: WindowTable, nowMs: number): PreviousReads | undefined {
+    const all = this.previousReads
+    for (let i = 0; i < all.length; i++) {
+      const reads = all[i] as PreviousReads
+      if (reads.table !== table) continue
+      // a period boundary is a window boundary too when periodMs divides the size; the window
+      // start is checked as well, so that reads never outlive the window they were made in
+      const period = Math.floor(nowMs / reads.periodMs)
+      const start = windowStartSec(nowMs, table.sizeSec)
+      if (period !== reads.period || start !== reads.start) {
+        reads.period = period
+        reads.start = start
+        reads.keys.clear()
+      }
+      return reads
+    }
+    return undefined
+  }
+
+  // Records the previous windows a synchronous push read back.
+  private notePreviousReads(rows: readonly CounterRow[], nowMs: number): void {
+    for (let i = 0; i < rows.length; i++) {
+      const row = rows[i] as CounterRow
+      const table = this.tableOf(row.windowSize)
+      if (table === undefined || row.windowStart !== windowStartSec(nowMs, table.sizeSec) - table.sizeSec) continue
+      this.previousReadsOf(table, nowMs)?.keys.add(row.key)
+    }
+  }
+
+  private tableOf(size: number): WindowTable | undefined {
+    const tables = this.tables
+    for (let i = 0; i < tables.length; i++) if ((tables[i] as WindowTable).sizeSec === size) return tables[i]
+    return undefined
+  }
+
+  // A failed synchronous push: the hits stay local and unsynced (retried later); resolves with
+  // undefined (onStoreError "local") or rejects with the StoreError for the caller to decide.
+  private pushKeyFailed(err: unknown, windows: readonly WindowPush[]): Promise<undefined> {
+    const error = this.report(err)
+    if (windows.length > 0) this.scheduleRetry()
+    return this.onStoreError !== 'local' ? Promise.reject(error) : Promise.resolve(undefined)
   }
 
   /** Runs one sync cycle now; never two at once (a call during one runs once it ends). */

@@ -1,24 +1,157 @@
 import { StoreError } from './errors.js'
 
+/** A deadline set by {@link deadline}; `settle()` it when the call it bounds settles. */
+export interface Deadline {
+  settle(): void
+}
+
+/** A store call waiting for its deadline: `onTimeout` is called when it passes, unless settled before. */
+class Pending implements Deadline {
+  readonly queue: DeadlineQueue
+  readonly deadline: number
+  readonly strategy: string
+  readonly what: string
+  onTimeout: ((err: StoreError) => void) | undefined
+
+  constructor(queue: DeadlineQueue, deadline: number, strategy: string, what: string, onTimeout: (err: StoreError) => void) {
+    this.queue = queue
+    this.deadline = deadline
+    this.strategy = strategy
+    this.what = what
+    this.onTimeout = onTimeout
+  }
+
+  settle(): void {
+    this.queue.settle(this)
+  }
+}
+
 /**
- * Settles like `promise`, or rejects with a STORE_TIMEOUT {@link StoreError} after `ms`.
- * The timer is cleared as soon as the promise settles; it keeps the process alive meanwhile,
- * as the store call it bounds would.
+ * The deadlines of every pending store call with one timeout, in the order they were set (so in
+ * deadline order: the same timeout added to a clock that does not go back), swept by one timer
+ * armed for the earliest unsettled deadline. A synchronous hit then costs an entry in an array
+ * instead of a timer set and cleared per call. The timer keeps the process alive while a call is
+ * pending, as the call would, and is unref'd as soon as none is.
+ */
+class DeadlineQueue {
+  readonly ms: number
+  private readonly entries: Pending[] = []
+  private head = 0
+  private pending = 0
+  private timer: NodeJS.Timeout | undefined
+  private refed = false
+
+  constructor(ms: number) {
+    this.ms = ms
+  }
+
+  /** Adds a deadline `ms` from now. */
+  add(strategy: string, what: string, onTimeout: (err: StoreError) => void): Pending {
+    const entry = new Pending(this, performance.now() + this.ms, strategy, what, onTimeout)
+    this.entries.push(entry)
+    this.pending++
+    if (this.timer === undefined) this.arm(entry.deadline)
+    else if (!this.refed) {
+      this.timer.ref()
+      this.refed = true
+    }
+    return entry
+  }
+
+  /** The call settled first: its deadline no longer matters. */
+  settle(entry: Pending): void {
+    if (entry.onTimeout === undefined) return
+    entry.onTimeout = undefined
+    if (--this.pending === 0) {
+      // nothing left to time out: drop the settled entries, let the process exit
+      this.entries.length = 0
+      this.head = 0
+      if (this.refed) {
+        this.timer?.unref()
+        this.refed = false
+      }
+    } else this.trim()
+  }
+
+  // Moves the head past settled entries (calls mostly settle in the order they were made), and
+  // now and then drops them from the array.
+  private trim(): void {
+    const entries = this.entries
+    let head = this.head
+    while (head < entries.length && (entries[head] as Pending).onTimeout === undefined) head++
+    if (head > 1024 && head * 2 > entries.length) {
+      entries.splice(0, head)
+      head = 0
+    }
+    this.head = head
+  }
+
+  private arm(at: number): void {
+    this.timer = setTimeout(() => this.sweep(), Math.max(0, Math.ceil(at - performance.now())))
+    this.refed = this.pending > 0
+    if (!this.refed) this.timer.unref()
+  }
+
+  private sweep(): void {
+    this.timer = undefined
+    const now = performance.now()
+    for (;;) {
+      this.trim()
+      const entry = this.entries[this.head]
+      if (entry === undefined || entry.deadline > now) break
+      const onTimeout = entry.onTimeout as (err: StoreError) => void
+      this.settle(entry)
+      onTimeout(new StoreError('STORE_TIMEOUT', entry.strategy, `${entry.what} timed out after ${this.ms} ms`))
+    }
+    // the earliest deadline still pending (trim left the head on it), if any
+    const next = this.entries[this.head]
+    if (next !== undefined && this.timer === undefined) this.arm(next.deadline)
+  }
+}
+
+const queues = new Map<number, DeadlineQueue>()
+
+/**
+ * Calls `onTimeout` with a STORE_TIMEOUT {@link StoreError} `ms` from now unless `settle()` is
+ * called first. Deadlines of the same `ms` share one timer (see DeadlineQueue), so bounding a
+ * call costs no timer of its own; the timer keeps the process alive while a deadline is pending,
+ * as the store call it bounds would, and stops doing so once none is.
+ */
+export function deadline(ms: number, strategy: string, what: string, onTimeout: (err: StoreError) => void): Deadline {
+  let queue = queues.get(ms)
+  if (queue === undefined) {
+    // a few distinct timeouts in practice (storeTimeoutMs); fetch's shrinking ones are rare
+    if (queues.size >= 64) return ownDeadline(ms, strategy, what, onTimeout)
+    queue = new DeadlineQueue(ms)
+    queues.set(ms, queue)
+  }
+  return queue.add(strategy, what, onTimeout)
+}
+
+/**
+ * Settles like `promise`, or rejects with a STORE_TIMEOUT {@link StoreError} after `ms`
+ * (a {@link deadline}: no timer of its own, and the process is kept alive only while pending).
  */
 export function withTimeout<T>(promise: Promise<T>, ms: number, strategy: string, what: string): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      reject(new StoreError('STORE_TIMEOUT', strategy, `${what} timed out after ${ms} ms`))
-    }, ms)
+    const bound = deadline(ms, strategy, what, reject)
     promise.then(
       (value) => {
-        clearTimeout(timer)
+        bound.settle()
         resolve(value)
       },
       (err: unknown) => {
-        clearTimeout(timer)
+        bound.settle()
         reject(err)
       },
     )
   })
+}
+
+// A deadline with a timer of its own, past 64 distinct timeouts.
+function ownDeadline(ms: number, strategy: string, what: string, onTimeout: (err: StoreError) => void): Deadline {
+  const timer = setTimeout(() => {
+    onTimeout(new StoreError('STORE_TIMEOUT', strategy, `${what} timed out after ${ms} ms`))
+  }, ms)
+  return { settle: () => clearTimeout(timer) }
 }

@@ -47,7 +47,9 @@ for i = 1, #KEYS do
       own = count
       redis.call('HSET', key, cfield, count, sfield, seq, 't', total)
     end
-    redis.call('PEXPIREAT', key, ARGV[4 + 2 * i])
+    -- t exists exactly when the key does, and every key is created here with its expiry
+    -- (absolute, the same for every write of the window): set it once, on creation
+    if not held[1] then redis.call('PEXPIREAT', key, ARGV[4 + 2 * i]) end
   end
   out[2 * i] = total
   out[2 * i + 1] = own
