@@ -1,5 +1,5 @@
 import type { Clock } from '../core/clock.js'
-import { checkRequest, remainingOf, resolveMaxKeys, resolveOptions } from './options.js'
+import { checkRequest, fixedWindowResult, resolveMaxKeys, resolveOptions } from './options.js'
 import type { AlgorithmResult, MemoryAlgorithmOptions, RateLimitAlgorithm } from './types.js'
 
 /** Options of {@link MemoryFixedWindow}. */
@@ -77,15 +77,7 @@ export class MemoryFixedWindow implements RateLimitAlgorithm {
     } else {
       count -= cost
     }
-    const resetMs = (index + 1) * this.windowMs - nowMs
-    return {
-      allowed,
-      count,
-      limit: this.limit,
-      remaining: remainingOf(this.limit, count),
-      resetMs,
-      retryAfterMs: allowed ? 0 : cost > this.limit ? Number.POSITIVE_INFINITY : resetMs,
-    }
+    return fixedWindowResult(this.limit, this.windowMs, index, nowMs, count, allowed, cost)
   }
 
   peek(userId: string): AlgorithmResult {
@@ -94,15 +86,7 @@ export class MemoryFixedWindow implements RateLimitAlgorithm {
     const index = Math.floor(nowMs / this.windowMs)
     const count = this.buckets.at(index).get(userId) ?? 0
     const allowed = count + 1 <= this.limit
-    const resetMs = (index + 1) * this.windowMs - nowMs
-    return {
-      allowed,
-      count,
-      limit: this.limit,
-      remaining: remainingOf(this.limit, count),
-      resetMs,
-      retryAfterMs: allowed ? 0 : resetMs,
-    }
+    return fixedWindowResult(this.limit, this.windowMs, index, nowMs, count, allowed, 1)
   }
 
   reset(userId: string): void {

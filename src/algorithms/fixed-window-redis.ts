@@ -1,6 +1,6 @@
 import type { Clock } from '../core/clock.js'
 import { DELETE_KEY, FIXED_WINDOW_CHECK, FIXED_WINDOW_PEEK } from './lua.js'
-import { checkRequest, remainingOf, resolveRedisOptions } from './options.js'
+import { checkRequest, fixedWindowResult, resolveRedisOptions } from './options.js'
 import { integers, runScript } from './redis-script.js'
 import type { AlgorithmResult, RateLimitAlgorithm, RedisAlgorithmOptions, RedisScriptClient } from './types.js'
 
@@ -73,15 +73,7 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
     )
     const [allowedFlag, count] = integers(reply, 2, 'fixed window') as [number, number]
     const allowed = allowedFlag === 1
-    const resetMs = (index + 1) * this.windowMs - nowMs
-    return {
-      allowed,
-      count,
-      limit: this.limit,
-      remaining: remainingOf(this.limit, count),
-      resetMs,
-      retryAfterMs: allowed ? 0 : cost > this.limit ? Number.POSITIVE_INFINITY : resetMs,
-    }
+    return fixedWindowResult(this.limit, this.windowMs, index, nowMs, count, allowed, cost)
   }
 
   async peek(userId: string): Promise<AlgorithmResult> {
@@ -91,15 +83,7 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
     const reply = await runScript(this.client, FIXED_WINDOW_PEEK, [`${this.prefix}:{${userId}}:${index}`], [], this.timeoutMs)
     const [count] = integers(reply, 1, 'fixed window peek') as [number]
     const allowed = count + 1 <= this.limit
-    const resetMs = (index + 1) * this.windowMs - nowMs
-    return {
-      allowed,
-      count,
-      limit: this.limit,
-      remaining: remainingOf(this.limit, count),
-      resetMs,
-      retryAfterMs: allowed ? 0 : resetMs,
-    }
+    return fixedWindowResult(this.limit, this.windowMs, index, nowMs, count, allowed, 1)
   }
 
   /** Deletes the user's current bucket (older buckets no longer count and expire by themselves). */

@@ -1,6 +1,6 @@
 import type { Clock } from '../core/clock.js'
 import { ConfigError, usageRangeError, usageTypeError } from '../core/errors.js'
-import type { AlgorithmOptions, RedisAlgorithmOptions } from './types.js'
+import type { AlgorithmOptions, AlgorithmResult, RedisAlgorithmOptions } from './types.js'
 
 /** The seed's key prefix (RLaaS): keys are `rlaas:rate_limit:{userId}…`. */
 export const DEFAULT_PREFIX = 'rlaas:rate_limit'
@@ -60,4 +60,28 @@ export function checkRequest(userId: unknown, cost: unknown): void {
 export function remainingOf(limit: number, count: number): number {
   const left = limit - count
   return left > 0 ? Math.floor(left) : 0
+}
+
+/**
+ * The answer of a fixed window whose bucket `index` holds `count` after the decision at `nowMs`:
+ * the memory and Redis versions decide alike and answer alike.
+ */
+export function fixedWindowResult(
+  limit: number,
+  windowMs: number,
+  index: number,
+  nowMs: number,
+  count: number,
+  allowed: boolean,
+  cost: number,
+): AlgorithmResult {
+  const resetMs = (index + 1) * windowMs - nowMs
+  return {
+    allowed,
+    count,
+    limit,
+    remaining: remainingOf(limit, count),
+    resetMs,
+    retryAfterMs: allowed ? 0 : cost > limit ? Number.POSITIVE_INFINITY : resetMs,
+  }
 }
