@@ -311,6 +311,12 @@ export class WindowTable {
     return slot !== undefined && this.dict.hasUnsynced(slot)
   }
 
+  /** Ms from `nowMs` to the end of its window (no float modulo: the window is cached). */
+  msToWindowEnd(nowMs: number): number {
+    if (!(nowMs < this.endMs && nowMs >= this.startMs)) this.moveTo(nowMs)
+    return this.endMs - nowMs
+  }
+
   private moveTo(nowMs: number): number {
     const startMs = Math.floor(nowMs / this.sizeMs) * this.sizeMs
     this.startMs = startMs

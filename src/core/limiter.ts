@@ -118,21 +118,9 @@ export class Limiter {
     if (ns.mode === 'synchronous') return this.hitRemote(key, cost, nowMs)
     if (this.limits.length === 1) {
       const l = this.limits[0] as Limit
-      const table = l.table
-      const rate = table.decide(key, cost, l.limit, this.countDenied, nowMs)
-      const allowed = table.lastAllowed
-      const resetMs = table.sizeMs - (nowMs % table.sizeMs)
-      const remaining = l.limit - rate
-      return {
-        allowed,
-        name: l.name,
-        limit: l.limit,
-        window: l.window,
-        remaining: remaining > 0 ? Math.floor(remaining) : 0,
-        rate,
-        resetMs,
-        retryAfterMs: allowed ? 0 : this.retryAfter(l, key, cost, nowMs),
-      }
+      const rate = l.table.decide(key, cost, l.limit, this.countDenied, nowMs)
+      const allowed = l.table.lastAllowed
+      return this.single(l, allowed, rate, nowMs, allowed ? 0 : this.retryAfter(l, key, cost, nowMs))
     }
     const { rates, before } = this
     let allowed = true
@@ -219,18 +207,8 @@ export class Limiter {
     if (this.limits.length === 1 && storeError === undefined) {
       // one limit: the decision() object without its intermediate copies
       const l = this.limits[0] as Limit
-      const rate = this.rates[0] as number
-      const remaining = l.limit - rate
-      return {
-        allowed,
-        name: l.name,
-        limit: l.limit,
-        window: l.window,
-        remaining: remaining > 0 ? Math.floor(remaining) : 0,
-        rate,
-        resetMs: l.table.sizeMs - (nowMs % l.table.sizeMs),
-        retryAfterMs: (this.before[0] as number) + cost > l.limit ? this.retryAfter(l, key, cost, nowMs) : 0,
-      }
+      const retryAfterMs = (this.before[0] as number) + cost > l.limit ? this.retryAfter(l, key, cost, nowMs) : 0
+      return this.single(l, allowed, this.rates[0] as number, nowMs, retryAfterMs)
     }
     return this.decision(key, cost, nowMs, allowed, storeError)
   }
@@ -249,7 +227,7 @@ export class Limiter {
         window: l.window,
         remaining: remaining > 0 ? Math.floor(remaining) : 0,
         rate,
-        resetMs: l.table.sizeMs - (nowMs % l.table.sizeMs),
+        resetMs: l.table.msToWindowEnd(nowMs),
         retryAfterMs,
       })
     }
@@ -267,6 +245,21 @@ export class Limiter {
       ...decision,
       ...(states.length > 1 ? { policies: states } : {}),
       ...(storeError !== undefined ? { storeError } : {}),
+    }
+  }
+
+  /** The decision of a one-limit limiter, built in one object literal (the hot path's). */
+  private single(l: Limit, allowed: boolean, rate: number, nowMs: number, retryAfterMs: number): Decision {
+    const remaining = l.limit - rate
+    return {
+      allowed,
+      name: l.name,
+      limit: l.limit,
+      window: l.window,
+      remaining: remaining > 0 ? Math.floor(remaining) : 0,
+      rate,
+      resetMs: l.table.msToWindowEnd(nowMs),
+      retryAfterMs,
     }
   }
 
