@@ -12,6 +12,7 @@ import { RateLimiting } from '../../src/core/rate-limiting.js'
 import { windowStartSec } from '../../src/core/window.js'
 import { MemcachedStrategy } from '../../src/strategies/memcached/index.js'
 import { type PrivateMemcached, startPrivateMemcached } from '../support/memcached-server.js'
+import { createFleet } from '../support/fleet.js'
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.js'
 
 const NS = 'api'
@@ -23,9 +24,8 @@ describe('memcached strategy under real faults', () => {
   let proxy: TcpProxy
   let direct: MemcachedStrategy
   const clock = createFakeClock(windowStartSec(Date.now(), SIZE) * 1000 + 5_000)
-  const instances: RateLimiting[] = []
   const strategies: MemcachedStrategy[] = []
-  const truth = new Map<string, number>()
+  const { instances, truth, hitRound, syncAll, assertAgreement, recover } = createFleet(NS, SIZE, KEYS)
 
   before(async () => {
     server = await startPrivateMemcached()
@@ -63,40 +63,11 @@ describe('memcached strategy under real faults', () => {
     await server?.kill()
   })
 
-  function hitRound(round: number): void {
-    for (const [i, rl] of instances.entries()) {
-      for (const [k, key] of KEYS.entries()) {
-        const n = 1 + ((round + i + k) % 3)
-        for (let j = 0; j < n; j++)
-          assert.equal(typeof rl.increment(key, SIZE, 1, NS), 'number', 'a periodic increment never waits on the store')
-        truth.set(key, (truth.get(key) ?? 0) + n)
-      }
-    }
-  }
-
-  function syncAll(): Promise<PromiseSettledResult<void>[]> {
-    return Promise.allSettled(instances.map((rl) => rl.sync(NS)))
-  }
-
   async function storeTotals(): Promise<Map<string, number>> {
     const start = windowStartSec(clock.now(), SIZE)
     const out = new Map<string, number>()
     for (const key of KEYS) out.set(key, (await direct.getWindow(key, NS, start, SIZE)).count)
     return out
-  }
-
-  function assertAgreement(label: string): void {
-    for (const [i, rl] of instances.entries()) {
-      for (const key of KEYS)
-        assert.equal(rl.slidingWindow(key, SIZE, undefined, NS), truth.get(key), `${label}: instance ${i} sees the exact total of ${key}`)
-    }
-  }
-
-  /** Syncs until every instance succeeds, then twice more so each sees the others' re-pushes. */
-  async function recover(): Promise<void> {
-    for (let i = 0; i < 10; i++) if ((await syncAll()).every((r) => r.status === 'fulfilled')) break
-    await syncAll()
-    await syncAll()
   }
 
   it('converges with a healthy store', async () => {

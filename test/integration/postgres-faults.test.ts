@@ -12,6 +12,7 @@ import { RateLimiting } from '../../src/core/rate-limiting.js'
 import { windowStartSec } from '../../src/core/window.js'
 import { PostgresStrategy } from '../../src/strategies/postgres/index.js'
 import { type PrivatePostgres, startPrivatePostgres } from '../support/postgres-server.js'
+import { createFleet } from '../support/fleet.js'
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.js'
 
 const NS = 'api'
@@ -23,9 +24,8 @@ describe('postgres strategy under real faults', () => {
   let proxy: TcpProxy
   let direct: pg.Pool
   const clock = createFakeClock(windowStartSec(Date.now(), SIZE) * 1000 + 5_000)
-  const instances: RateLimiting[] = []
   const strategies: PostgresStrategy[] = []
-  const truth = new Map<string, number>()
+  const { instances, truth, hitRound, syncAll, assertAgreement } = createFleet(NS, SIZE, KEYS)
 
   before(async () => {
     server = await startPrivatePostgres()
@@ -64,38 +64,12 @@ describe('postgres strategy under real faults', () => {
     await server?.destroy()
   })
 
-  /** Every instance hits every key a few times; the hot path answers a number at once. */
-  function hitRound(round: number): void {
-    for (const [i, rl] of instances.entries()) {
-      for (const [k, key] of KEYS.entries()) {
-        const n = 1 + ((round + i + k) % 3)
-        for (let j = 0; j < n; j++) {
-          const rate = rl.increment(key, SIZE, 1, NS)
-          assert.equal(typeof rate, 'number', 'a periodic increment never waits on the store')
-        }
-        truth.set(key, (truth.get(key) ?? 0) + n)
-      }
-    }
-  }
-
-  async function syncAll(): Promise<PromiseSettledResult<void>[]> {
-    return Promise.allSettled(instances.map((rl) => rl.sync(NS)))
-  }
-
   async function storeTotals(): Promise<Map<string, number>> {
     const { rows } = await direct.query(
       'SELECT key, sum(count)::text AS total FROM ratelimiting_counters WHERE namespace = $1 GROUP BY key',
       [NS],
     )
     return new Map(rows.map((r: { key: string; total: string }) => [r.key, Number(r.total)]))
-  }
-
-  function assertAgreement(label: string): void {
-    for (const [i, rl] of instances.entries()) {
-      for (const key of KEYS) {
-        assert.equal(rl.slidingWindow(key, SIZE, undefined, NS), truth.get(key), `${label}: instance ${i} sees the exact total of ${key}`)
-      }
-    }
   }
 
   it('converges with a healthy store', async () => {
