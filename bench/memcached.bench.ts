@@ -18,6 +18,8 @@ import { RateLimiterMemcache } from 'rate-limiter-flexible'
 import { RateLimiting } from '../src/core/rate-limiting.js'
 import { MemcachedClient, MemcachedStrategy } from '../src/strategies/memcached/index.js'
 import { startPrivateMemcached } from '../test/support/memcached-server.js'
+import { median } from './lib/harness.js'
+import { log, measureDecisions } from './lib/stores.js'
 
 const args = process.argv.slice(2)
 const quick = args.includes('--quick')
@@ -34,32 +36,6 @@ interface Subject {
   readonly decide: (key: string) => unknown
   /** Round trips our client sent so far (undefined for a client we cannot count). */
   readonly roundTrips?: () => number
-}
-
-async function measure(subject: Subject, inFlight: number, ms: number): Promise<{ decisions: number; seconds: number }> {
-  let decisions = 0
-  const started = performance.now()
-  const deadline = started + ms
-  const worker = async (w: number): Promise<void> => {
-    let i = w * 7919
-    while (performance.now() < deadline) {
-      for (let b = 0; b < subject.batch; b++) {
-        await subject.decide(KEYS[i++ % KEYS.length] as string)
-        decisions++
-      }
-      // local decisions never yield to the event loop on their own: let timers (the periodic
-      // sync) and I/O run between batches, as they would between requests of a server
-      if (subject.batch > 1) await new Promise((r) => setImmediate(r))
-    }
-  }
-  await Promise.all(Array.from({ length: inFlight }, (_, w) => worker(w)))
-  return { decisions, seconds: (performance.now() - started) / 1000 }
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  const mid = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2
 }
 
 /** Commands the server executed so far: gets, sets (incl. add/append), incr/decr, touches, deletes. */
@@ -96,10 +72,6 @@ function serverCommands(port: number): Promise<number> {
     })
     socket.on('error', reject)
   })
-}
-
-function log(line: string): void {
-  process.stderr.write(`[bench] ${line}\n`)
 }
 
 const server = await startPrivateMemcached()
@@ -176,12 +148,12 @@ try {
       const rates = subjects.map(() => [] as number[])
       const commands = subjects.map(() => [] as number[])
       const trips = subjects.map(() => [] as number[])
-      for (const subject of subjects) await measure(subject, inFlight, quick ? 100 : 500) // warm-up
+      for (const subject of subjects) await measureDecisions(subject, KEYS, inFlight, quick ? 100 : 500) // warm-up
       for (let r = 0; r < ROUNDS; r++) {
         for (const [i, subject] of subjects.entries()) {
           const cmdBefore = await serverCommands(server.port)
           const rtBefore = subject.roundTrips?.() ?? 0
-          const { decisions, seconds } = await measure(subject, inFlight, ROUND_MS)
+          const { decisions, seconds } = await measureDecisions(subject, KEYS, inFlight, ROUND_MS)
           const cmdAfter = await serverCommands(server.port)
           rates[i]?.push(decisions / seconds)
           commands[i]?.push((cmdAfter - cmdBefore) / decisions)
@@ -206,8 +178,9 @@ try {
 Decisions per second (median of ${ROUNDS} rounds of ${ROUND_MS / 1000} s), server commands per
 decision (deltas of the server's \`stats\`: gets, sets/adds/appends, incr/decr, touches, deletes)
 and round trips per decision (pipelines our client sent; a pipeline of several commands is one
-round trip), for one limit of a 60 s window over 1,000 keys, every hit allowed. "In flight" is
-the number of decisions awaited concurrently (async workers in one process). A private memcached
+round trip), for one limit of a 60 s window over 1,000 keys, every hit allowed. "In flight" is the number of decisions in progress at once (async workers in one
+process; a decision returned synchronously, as periodic mode returns it, is used without an
+\`await\`, as the adapters do). A private memcached
 (1 thread, loopback) serves each run.
 
 | subject | in flight | decisions/s | commands/decision | round trips/decision |

@@ -19,6 +19,8 @@ import pg from 'pg'
 import { RateLimiterPostgres } from 'rate-limiter-flexible'
 import { RateLimiting } from '../src/core/rate-limiting.js'
 import { PostgresStrategy } from '../src/strategies/postgres/index.js'
+import { median } from './lib/harness.js'
+import { log, measureDecisions } from './lib/stores.js'
 
 const args = process.argv.slice(2)
 const quick = args.includes('--quick')
@@ -44,37 +46,6 @@ interface Subject {
 
 interface Made extends Subject {
   close(): Promise<void>
-}
-
-/** Runs `inFlight` workers for `ms`; each awaits its decision before the next. */
-async function measure(subject: Subject, inFlight: number, ms: number): Promise<{ decisions: number; seconds: number }> {
-  let decisions = 0
-  const started = performance.now()
-  const deadline = started + ms
-  const worker = async (w: number): Promise<void> => {
-    let i = w * 7919
-    while (performance.now() < deadline) {
-      for (let b = 0; b < subject.batch; b++) {
-        await subject.decide(KEYS[i++ % KEYS.length] as string)
-        decisions++
-      }
-      // local decisions never yield to the event loop on their own: let timers (the periodic
-      // sync) and I/O run between batches, as they would between requests of a server
-      if (subject.batch > 1) await new Promise((r) => setImmediate(r))
-    }
-  }
-  await Promise.all(Array.from({ length: inFlight }, (_, w) => worker(w)))
-  return { decisions, seconds: (performance.now() - started) / 1000 }
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  const mid = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2
-}
-
-function log(line: string): void {
-  process.stderr.write(`[bench] ${line}\n`)
 }
 
 const admin = new pg.Pool({ connectionString: URL_, max: 2 })
@@ -150,11 +121,11 @@ try {
       const rates = subjects.map(() => [] as number[])
       const perDecision = subjects.map(() => [] as number[])
       // warm-up: connections, prepared statements, the keys' rows
-      for (const subject of subjects) await measure(subject, inFlight, quick ? 100 : 500)
+      for (const subject of subjects) await measureDecisions(subject, KEYS, inFlight, quick ? 100 : 500)
       for (let r = 0; r < ROUNDS; r++) {
         for (const [i, subject] of subjects.entries()) {
           const before = subject.statements()
-          const { decisions, seconds } = await measure(subject, inFlight, ROUND_MS)
+          const { decisions, seconds } = await measureDecisions(subject, KEYS, inFlight, ROUND_MS)
           rates[i]?.push(decisions / seconds)
           perDecision[i]?.push((subject.statements() - before) / decisions)
         }
@@ -176,8 +147,9 @@ try {
 
 Decisions per second (median of ${ROUNDS} rounds of ${ROUND_MS / 1000} s) and store statements per
 decision (each statement is one round trip), for one limit of a 60 s window over 1,000 keys,
-every hit allowed. "In flight" is the number of decisions awaited concurrently (async workers in
-one process). Each subject has a pool of ${POOL_SIZE} connections.
+every hit allowed. "In flight" is the number of decisions in progress at once (async workers in one
+process; a decision returned synchronously, as periodic mode returns it, is used without an
+\`await\`, as the adapters do). Each subject has a pool of ${POOL_SIZE} connections.
 
 | subject | in flight | decisions/s | statements/decision |
 |---|---:|---:|---:|

@@ -17,6 +17,8 @@ import { RateLimiterRedis } from 'rate-limiter-flexible'
 import { RateLimiting } from '../src/core/rate-limiting.js'
 import { RedisStrategy } from '../src/strategies/redis/index.js'
 import { startRedisServer } from '../test/support/redis-server.js'
+import { median } from './lib/harness.js'
+import { log, measureDecisions } from './lib/stores.js'
 
 const args = process.argv.slice(2)
 const quick = args.includes('--quick')
@@ -68,46 +70,6 @@ async function commandStats(admin: Redis): Promise<Commands> {
     if (!INSIDE_SCRIPTS.has(command)) out.sent += calls
   }
   return out
-}
-
-/** Runs `inFlight` workers for `ms`; each finishes its decision (awaiting it if it is a Promise) before the next. */
-async function measure(subject: Subject, inFlight: number, ms: number): Promise<{ decisions: number; seconds: number }> {
-  let decisions = 0
-  const started = performance.now()
-  const deadline = started + ms
-  const worker = async (w: number): Promise<void> => {
-    let i = w * 7919
-    while (performance.now() < deadline) {
-      for (let b = 0; b < subject.batch; b++) {
-        // a decision that comes back synchronously (periodic mode) is used as it is, as the
-        // adapters do; only a Promise is awaited
-        const decision = subject.decide(KEYS[i++ % KEYS.length] as string)
-        if (decision instanceof Promise) await decision
-        decisions++
-      }
-      if (subject.pace !== undefined) {
-        // hold the rate: wait until the clock catches up with the decisions made
-        const due = started + (decisions * 1000) / subject.pace
-        const wait = due - performance.now()
-        if (wait > 0) await new Promise((r) => setTimeout(r, wait))
-      } else if (subject.batch > 1) {
-        // let timers (the periodic sync) and I/O run between batches, as between a server's requests
-        await new Promise((r) => setImmediate(r))
-      }
-    }
-  }
-  await Promise.all(Array.from({ length: inFlight }, (_, w) => worker(w)))
-  return { decisions, seconds: (performance.now() - started) / 1000 }
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  const mid = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2
-}
-
-function log(line: string): void {
-  process.stderr.write(`[bench] ${line}\n`)
 }
 
 function perDecision(value: number): string {
@@ -180,12 +142,12 @@ try {
       const clientCpu = subjects.map(() => [] as number[])
       const serverCpu = subjects.map(() => [] as number[])
       // warm-up: connections, scripts loaded, every key's windows created
-      for (const subject of subjects) await measure(subject, inFlight, quick ? 100 : 500)
+      for (const subject of subjects) await measureDecisions(subject, KEYS, inFlight, quick ? 100 : 500)
       for (let r = 0; r < ROUNDS; r++) {
         for (const [i, subject] of subjects.entries()) {
           const before = await commandStats(admin)
           const cpuBefore = process.cpuUsage()
-          const { decisions, seconds } = await measure(subject, inFlight, ROUND_MS)
+          const { decisions, seconds } = await measureDecisions(subject, KEYS, inFlight, ROUND_MS)
           const cpu = process.cpuUsage(cpuBefore)
           const after = await commandStats(admin)
           clientCpu[i]?.push((cpu.user + cpu.system) / decisions)
