@@ -3,37 +3,13 @@
  * This entry point holds the engine, the decisions, the headers and the memory strategy.
  */
 import { RateLimiting } from './core/rate-limiting.js'
-import { registerStrategy } from './core/registry.js'
-import { MemoryStrategy, type MemoryStrategyOptions } from './strategies/memory.js'
+import { registerBuiltInStrategies } from './strategies/built-in.js'
 
-registerStrategy('memory', (options) => new MemoryStrategy(options as MemoryStrategyOptions))
-// Stores with drivers load on demand, before the first store call: `strategy: "postgres"` works
-// without importing the subpath, and a user of the memory engine never loads a driver.
-registerStrategy(
-  'redis',
-  async (options) => {
-    const { RedisStrategy } = await import('./strategies/redis/index.js')
-    return new RedisStrategy(options as ConstructorParameters<typeof RedisStrategy>[0])
-  },
-  { supportsDecimals: true },
-)
-registerStrategy(
-  'postgres',
-  async (options) => (await import('./strategies/postgres/index.js')).createPostgresStrategy({ migrate: true, ...options }),
-  { supportsDecimals: true },
-)
-registerStrategy(
-  'memcached',
-  async (options) => {
-    const { MemcachedStrategy } = await import('./strategies/memcached/index.js')
-    return new MemcachedStrategy(options as ConstructorParameters<typeof MemcachedStrategy>[0])
-  },
-  { supportsDecimals: false },
-)
+registerBuiltInStrategies()
 
 export type { Clock, FakeClock } from './core/clock.js'
 export { cachedClock, createFakeClock } from './core/clock.js'
-export type { DictStats } from './core/counter-table.js'
+export type { DictStats } from './core/counter-dict.js'
 export type { ConfigErrorCode, StoreErrorCode, UsageErrorCode } from './core/errors.js'
 export { ConfigError, StoreError } from './core/errors.js'
 export type { HeaderMode, HeaderOptions } from './core/headers.js'
@@ -41,13 +17,17 @@ export { partitionKeyParam, rateLimitHeaders } from './core/headers.js'
 export type { Decision, LimiterOptions, LimitSpec, LimitState } from './core/limiter.js'
 export { Limiter } from './core/limiter.js'
 export type { NamespaceStats } from './core/namespace.js'
-export { storeErrorChannel, syncChannel } from './core/namespace.js'
+export { storeErrorChannel } from './core/store-link.js'
+export { syncChannel } from './core/sync-loop.js'
 export type { NamespaceOptions, OnStoreError, SyncMode } from './core/options.js'
 export { RateLimiting } from './core/rate-limiting.js'
 export { hasStrategy, registerStrategy } from './core/registry.js'
 export type { CounterRow, DiffBatch, Strategy, StrategyFactory, WindowPush, WindowRef } from './core/strategy.js'
-export { isStrategy, windowExpiresAtMs } from './core/strategy.js'
-export { previousWeight, retryAfterMs, slidingRate, windowStartSec } from './core/window.js'
+export type { WindowSpan } from './core/strategy.js'
+export { currentAndPrevious, hasLoneSurrogate, isStrategy, windowExpiresAtMs } from './core/strategy.js'
+export type { TimeoutOptions } from './core/timeout.js'
+export { withTimeout } from './core/timeout.js'
+export { MAX_HIT_VALUE, MAX_WINDOW_MS, previousWeight, retryAfterMs, slidingRate, windowSizeMs, windowStartMs } from './core/window.js'
 export type { MemoryStrategyOptions } from './strategies/memory.js'
 export { MemoryStrategy } from './strategies/memory.js'
 

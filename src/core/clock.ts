@@ -1,30 +1,79 @@
+import timers from 'node:timers'
+
 /** A clock returns the current time in epoch milliseconds. */
 export type Clock = () => number
 
 // How many reads one Date.now() serves at most. Date.now() costs about 38 ns here, more than a
 // whole local decision, so the default clock amortises it; see bench/engine.bench.ts.
 const READS_PER_REFRESH = 64
+// A timer that has not fired this long after it was due may never fire (a fake-timer library's
+// reset, or timers faked before this module loaded): until one does, a reading also ends with
+// the event-loop turn it was taken in.
+const TIMER_OVERDUE_MS = 20
+
+// The timer that expires a reading, taken from node:timers when this module loads: a fake-timer
+// library installed later (jest.useFakeTimers, node:test mock.timers, sinon) replaces the
+// global, not this reference, so it can neither hold nor drop our timer.
+const realSetTimeout: typeof setTimeout = timers.setTimeout
 
 let cachedMs = 0
 let readsLeft = 0
-let invalidationScheduled = false
+// The Date.now the cached reading came from. A fake-timer library swaps Date (and so Date.now)
+// when it installs and again when it uninstalls; a reading from another Date.now is never served.
+let source: () => number = Date.now
+let sourceIsNative = isNative(Date.now)
+let timerDueAtMs = Number.NaN // when the pending expiry timer should fire; NaN when none is pending
+let timerTrusted = true // false from the moment the pending timer is overdue until one fires
+let turnExpiryPending = false
+// A native promise: fake-timer libraries fake queueMicrotask and process.nextTick, never this.
+const settled = Promise.resolve()
 
-function invalidate(): void {
+function isNative(fn: () => number): boolean {
+  return Function.prototype.toString.call(fn).includes('[native code]')
+}
+
+function expire(): void {
   readsLeft = 0
-  invalidationScheduled = false
+  timerDueAtMs = Number.NaN
+  timerTrusted = true
+}
+
+function expireTurn(): void {
+  readsLeft = 0
+  turnExpiryPending = false
 }
 
 function refresh(): number {
-  cachedMs = Date.now()
-  readsLeft = READS_PER_REFRESH - 1
-  if (!invalidationScheduled) {
-    invalidationScheduled = true
-    // One timer a millisecond, not a setImmediate per event-loop iteration: in a server each
-    // request tends to get an iteration of its own, and a setImmediate costs more (~150 ns) than
-    // the Date.now() it saves (~40 ns); see bench/engine.bench.ts ("Cost of reading the clock").
-    setTimeout(invalidate, 1).unref()
+  const now = Date.now
+  if (now !== source) {
+    source = now
+    sourceIsNative = isNative(now)
   }
-  return cachedMs
+  const ms = Date.now()
+  readsLeft = 0
+  // A fake Date (jest.setSystemTime, mock.timers.tick move it without any timer firing): read it
+  // every time, tests do not need the speed.
+  if (!sourceIsNative) return ms
+  if (timerDueAtMs !== timerDueAtMs) {
+    // NaN: no timer pending. One timer a millisecond, not a setImmediate per event-loop
+    // iteration: in a server each request tends to get an iteration of its own, and a
+    // setImmediate costs more (~150 ns) than the Date.now() it saves (~40 ns); see
+    // bench/engine.bench.ts ("Cost of reading the clock").
+    timerDueAtMs = ms + 1
+    realSetTimeout(expire, 1).unref()
+  } else if (ms - timerDueAtMs > TIMER_OVERDUE_MS) {
+    // a synchronous run longer than that, or a timer that will never fire
+    timerTrusted = false
+  }
+  if (!timerTrusted && !turnExpiryPending) {
+    // the reading also ends with this turn: a pause between two reads leaves the turn (a busy
+    // wait aside), so no reading outlives it, whatever the timers do
+    turnExpiryPending = true
+    void settled.then(expireTurn)
+  }
+  cachedMs = ms
+  readsLeft = READS_PER_REFRESH - 1
+  return ms
 }
 
 /**
@@ -36,11 +85,19 @@ function refresh(): number {
  * `clock: Date.now` to a namespace to read the system clock on every hit instead.
  * bench/engine.bench.ts measures both.
  *
+ * Fake timers cannot stall it: a reading is served only by the `Date.now` it came from (a
+ * fake-timer library that installs or uninstalls swaps it), a fake `Date.now` is read on every
+ * call (so `jest.setSystemTime`, `mock.timers.tick` and `clock.tick` show at once), the expiry
+ * timer is node:timers' own (fake timers installed later cannot hold or drop it), and if it still
+ * has not fired 20 ms after its time (a synchronous run that long, or timers faked before this
+ * module loaded) a reading also ends with the event-loop turn it was taken in (a native promise's
+ * reaction, which no fake-timer library replaces) until a timer fires again.
+ *
  * @example
  * import { cachedClock } from 'ratelimiting'
  * const nowMs = cachedClock()
  */
-export const cachedClock: Clock = () => (readsLeft-- > 0 ? cachedMs : refresh())
+export const cachedClock: Clock = () => (readsLeft-- > 0 && Date.now === source ? cachedMs : refresh())
 
 /** A clock that only moves when told to; for tests. */
 export interface FakeClock {

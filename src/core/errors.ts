@@ -5,7 +5,7 @@ export type ConfigErrorCode = 'INVALID_OPTION' | 'DUPLICATE_NAMESPACE' | 'UNKNOW
 export type StoreErrorCode = 'STORE_UNAVAILABLE' | 'STORE_TIMEOUT' | 'STORE_REPLY_LOST' | 'STORE_ERROR'
 
 /** Codes carried by the `TypeError`/`RangeError` thrown for bad per-hit arguments. */
-export type UsageErrorCode = 'UNKNOWN_NAMESPACE' | 'UNKNOWN_WINDOW_SIZE' | 'INVALID_KEY' | 'INVALID_VALUE'
+export type UsageErrorCode = 'UNKNOWN_NAMESPACE' | 'UNKNOWN_WINDOW_SIZE' | 'INVALID_KEY' | 'INVALID_VALUE' | 'NAMESPACE_CLOSED'
 
 /**
  * Thrown when options are invalid: at `new()`, `limiter()` or a strategy's constructor,

@@ -59,21 +59,23 @@ export function rateLimitHeaders(decision: Decision, mode: HeaderMode = 'draft-8
   const states = decision.policies ?? [decision]
   const headers: Record<string, string> = {}
   const limit = (s: LimitState) => Math.floor(s.limit)
+  // the drafts' w is an Integer of seconds: a 1.5 s window is w=2, as express-rate-limit writes it
+  const w = (s: LimitState) => Math.max(1, Math.ceil(s.window))
   switch (mode) {
     case 'draft-8':
     case 'draft-9':
     case 'draft-10': {
       const pk = options.partitionKey === undefined ? '' : `;pk=:${partitionKeyParam(options.partitionKey)}:`
-      headers['RateLimit-Policy'] = states.map((s) => `${sfString(s.name)};q=${limit(s)};w=${s.window}${pk}`).join(', ')
+      headers['RateLimit-Policy'] = states.map((s) => `${sfString(s.name)};q=${limit(s)};w=${w(s)}${pk}`).join(', ')
       headers.RateLimit = states.map((s) => `${sfString(s.name)};r=${s.remaining};t=${resetSeconds(s, decision.allowed)}`).join(', ')
       break
     }
     case 'draft-7':
-      headers['RateLimit-Policy'] = states.map((s) => `${limit(s)};w=${s.window}`).join(', ')
+      headers['RateLimit-Policy'] = states.map((s) => `${limit(s)};w=${w(s)}`).join(', ')
       headers.RateLimit = `limit=${limit(decision)}, remaining=${decision.remaining}, reset=${resetSeconds(decision, decision.allowed)}`
       break
     case 'draft-6':
-      headers['RateLimit-Policy'] = states.map((s) => `${limit(s)};w=${s.window}`).join(', ')
+      headers['RateLimit-Policy'] = states.map((s) => `${limit(s)};w=${w(s)}`).join(', ')
       Object.assign(headers, draft6Trio(decision))
       break
     case 'kong': {

@@ -1,3 +1,4 @@
+import type { Clock } from './clock.js'
 import type { WindowTable } from './counter-table.js'
 import { ConfigError, type StoreError, usageRangeError } from './errors.js'
 import type { Namespace } from './namespace.js'
@@ -8,7 +9,7 @@ import { retryAfterMs as computeRetryAfterMs } from './window.js'
 export interface LimitSpec {
   /** Hits allowed per window (a positive number). */
   readonly limit: number
-  /** Window size in seconds; must be one of the namespace's `windowSizes`. */
+  /** Window size in seconds (fractions down to 0.001); must be one of the namespace's `windowSizes`. */
   readonly window: number
   /** Policy name in headers. @default `${limit}-in-${window}s` */
   readonly name?: string
@@ -22,6 +23,20 @@ export interface LimiterOptions {
   readonly limits: readonly LimitSpec[]
   /** Whether a denied hit still counts (Kong's penalty). @default true */
   readonly countDenied?: boolean
+}
+
+/** What one of a limiter's windows holds for a key (this process's view: its hits and the others' as last synced). */
+export interface WindowCounts {
+  /** The limit's name. */
+  readonly name: string
+  /** Window size, seconds. */
+  readonly window: number
+  /** Hits in the current window. */
+  readonly current: number
+  /** Hits in the previous window (it weighs on the rate as it slides out). */
+  readonly previous: number
+  /** Ms until the current window ends. */
+  readonly resetMs: number
 }
 
 /** The state of one limit after a decision. */
@@ -70,8 +85,11 @@ interface Limit {
  * if (!d.allowed) console.log(`retry in ${d.retryAfterMs} ms`)
  */
 export class Limiter {
+  /** @internal the namespace whose counters the limiter uses */
   readonly namespace: Namespace
   readonly countDenied: boolean
+  /** The namespace's clock (epoch ms): the time the limiter decides at. */
+  readonly clock: Clock
   private readonly limits: readonly Limit[]
   private readonly tables: readonly WindowTable[]
   private readonly rates: Float64Array
@@ -90,19 +108,22 @@ export class Limiter {
       const { limit, window } = spec
       if (typeof limit !== 'number' || !Number.isFinite(limit) || limit <= 0)
         throw new ConfigError('INVALID_OPTION', `limits[${i}].limit must be a positive number, got ${String(limit)}`)
-      if (!namespace.windowSizes.includes(window))
+      const table = typeof window === 'number' ? namespace.findTable(window) : undefined
+      if (table === undefined)
         throw new ConfigError(
           'INVALID_OPTION',
           `limits[${i}].window ${String(window)} is not one of namespace "${namespace.name}"'s windowSizes [${namespace.windowSizes.join(', ')}]`,
         )
-      if (seen.has(window)) throw new ConfigError('INVALID_OPTION', `limits[${i}].window ${window} appears twice`)
-      seen.add(window)
+      if (seen.has(table.sizeMs)) throw new ConfigError('INVALID_OPTION', `limits[${i}].window ${window} appears twice`)
+      seen.add(table.sizeMs)
       const name = spec.name ?? `${limit}-in-${window}s`
       if (typeof name !== 'string' || name.length === 0)
         throw new ConfigError('INVALID_OPTION', `limits[${i}].name must be a non-empty string, got ${String(name)}`)
-      return { name, limit, window, table: namespace.table(window) }
+      table.watchLimit(limit)
+      return { name, limit, window: table.sizeSec, table }
     })
     this.namespace = namespace
+    this.clock = namespace.clock
     this.countDenied = countDenied
     this.tables = this.limits.map((l) => l.table)
     this.rates = new Float64Array(this.limits.length)
@@ -124,17 +145,51 @@ export class Limiter {
     }
     const { rates, before } = this
     let allowed = true
+    let admissible = true // false when the cost exceeds a limit: no rate could ever admit it
     for (let i = 0; i < this.limits.length; i++) {
       const l = this.limits[i] as Limit
       const rate = l.table.rate(key, nowMs)
       before[i] = rate
       rates[i] = rate
       if (rate + cost > l.limit) allowed = false
+      if (cost > l.limit) admissible = false
     }
-    if (allowed || this.countDenied) {
+    if (allowed || (this.countDenied && admissible)) {
       for (let i = 0; i < this.limits.length; i++) rates[i] = (this.limits[i] as Limit).table.add(key, cost, nowMs)
     }
     return this.decision(key, cost, nowMs, allowed, undefined)
+  }
+
+  /**
+   * Decides a hit of `cost` for `key` and counts it, like {@link hit}, answering only whether it
+   * was allowed: a boolean in local and periodic namespaces (one limit: no object is made at
+   * all), a Promise of one in synchronous ones.
+   */
+  allow(key: string, cost = 1): boolean | Promise<boolean> {
+    const ns = this.namespace
+    if (ns.mode !== 'synchronous' && this.limits.length === 1) {
+      ns.check(key, cost)
+      if (cost < 0) throw usageRangeError('INVALID_VALUE', `cost must be >= 0, got ${cost}`)
+      const l = this.limits[0] as Limit
+      l.table.decide(key, cost, l.limit, this.countDenied, ns.clock())
+      return l.table.lastAllowed
+    }
+    const d = this.hit(key, cost)
+    return d instanceof Promise ? d.then(isAllowed) : d.allowed
+  }
+
+  /**
+   * What each of the limiter's windows holds for `key` at `atMs` (default now), in this process's
+   * view: nothing is counted and the store is not asked.
+   */
+  counts(key: string, atMs?: number): WindowCounts[] {
+    const nowMs = atMs ?? this.namespace.clock()
+    return this.limits.map((l) => ({
+      name: l.name,
+      window: l.window,
+      ...l.table.counts(key, nowMs),
+      resetMs: l.table.msToWindowEnd(nowMs),
+    }))
   }
 
   /** The decision a hit of cost 1 would get now, without counting anything. */
@@ -142,13 +197,8 @@ export class Limiter {
     const ns = this.namespace
     ns.check(key, 1)
     const nowMs = ns.clock()
-    if (ns.mode === 'synchronous') {
-      return ns.pushKey(key, this.tables, nowMs).then(
-        (rows) => this.peekLocal(key, nowMs, undefined, rows),
-        (err: unknown) => this.peekLocal(key, nowMs, err as StoreError, undefined),
-      )
-    }
-    return this.peekLocal(key, nowMs, undefined, undefined)
+    if (ns.mode === 'synchronous') return this.peekRemote(key, 1, nowMs)
+    return this.peekLocal(key, 1, nowMs, undefined, undefined)
   }
 
   /** Resets `key` in every window of the namespace (fleet-wide when the namespace syncs). */
@@ -156,20 +206,38 @@ export class Limiter {
     return this.namespace.resetKey(key)
   }
 
-  private peekLocal(key: string, nowMs: number, storeError: StoreError | undefined, rows: CounterRow[] | undefined): Decision {
+  // The decision a hit of `cost` would get, read from the store without counting it.
+  private peekRemote(key: string, cost: number, nowMs: number): Promise<Decision> {
+    return this.namespace.pushKey(key, this.tables, nowMs).then(
+      (rows) => this.peekLocal(key, cost, nowMs, undefined, rows),
+      (err: unknown) => this.peekLocal(key, cost, nowMs, err as StoreError, undefined),
+    )
+  }
+
+  private peekLocal(
+    key: string,
+    cost: number,
+    nowMs: number,
+    storeError: StoreError | undefined,
+    rows: CounterRow[] | undefined,
+  ): Decision {
     let allowed = true
+    let admissible = true
     for (let i = 0; i < this.limits.length; i++) {
       const l = this.limits[i] as Limit
-      const rate = this.namespace.rowsRate(l.table, key, rows, nowMs)
+      const rate = l.table.rowsRate(key, rows, nowMs)
       this.rates[i] = rate
       this.before[i] = rate
-      if (rate + 1 > l.limit) allowed = false
+      if (rate + cost > l.limit) allowed = false
+      if (cost > l.limit) admissible = false
     }
-    if (storeError !== undefined) allowed = this.namespace.onStoreError === 'allow'
-    return this.decision(key, 1, nowMs, allowed, storeError)
+    if (storeError !== undefined) allowed = admissible && this.namespace.onStoreError === 'allow'
+    return this.decision(key, cost, nowMs, allowed, storeError)
   }
 
   private hitRemote(key: string, cost: number, nowMs: number): Promise<Decision> {
+    // a cost above a limit can never be admitted: denied without a store call or a count
+    for (let i = 0; i < this.limits.length; i++) if (cost > (this.limits[i] as Limit).limit) return this.peekRemote(key, cost, nowMs)
     const tables = this.tables
     // One round trip: count, push, read the totals back; the store orders concurrent hits.
     for (let i = 0; i < tables.length; i++) (tables[i] as WindowTable).add(key, cost, nowMs)
@@ -191,7 +259,7 @@ export class Limiter {
     let allowed = true
     for (let i = 0; i < this.limits.length; i++) {
       const l = this.limits[i] as Limit
-      const rate = ns.rowsRate(l.table, key, rows, nowMs)
+      const rate = l.table.rowsRate(key, rows, nowMs)
       this.rates[i] = rate
       this.before[i] = rate - cost
       if (rate > l.limit) allowed = false
@@ -267,4 +335,8 @@ export class Limiter {
     const { current, previous } = l.table.counts(key, nowMs)
     return computeRetryAfterMs(current, previous, nowMs, l.table.sizeMs, l.limit, cost)
   }
+}
+
+function isAllowed(d: Decision): boolean {
+  return d.allowed
 }

@@ -1,6 +1,7 @@
 import type { Clock } from './clock.js'
 import { ConfigError } from './errors.js'
 import { isStrategy, type Strategy } from './strategy.js'
+import { MAX_WINDOW_MS, windowSizeMs } from './window.js'
 
 /** What to do when the store fails during a synchronous (`syncRate: 0`) hit. */
 export type OnStoreError = 'local' | 'allow' | 'deny'
@@ -21,7 +22,10 @@ export interface NamespaceOptions {
   strategy?: string | Strategy
   /** Options for a strategy given by name (a client, a url, a prefix, ...). */
   strategyOpts?: Record<string, unknown>
-  /** Window sizes in whole seconds, such as `[1, 60, 3600]`. */
+  /**
+   * Window sizes in seconds, such as `[1, 60, 3600]`; fractions down to whole milliseconds
+   * (`0.05` is 50 ms), at most 2^54 ms.
+   */
   windowSizes: readonly number[]
   /** Returns the time in epoch ms. @default cachedClock (Date.now(), cached for at most about 1 ms and 64 reads) */
   clock?: Clock
@@ -35,6 +39,16 @@ export interface NamespaceOptions {
   autoSync?: boolean
   /** Key-windows per store call in a sync; bigger syncs are split. @default 2048 */
   batchSize?: number
+  /**
+   * Periodic mode: the target time between two refreshes of a key this process holds but has not
+   * hit or read since the last sync. Keys hit or read since the last sync, and keys near the limit
+   * of a limiter on them, are refreshed by every sync; the others in a round-robin, a slice per
+   * sync of at most as many keys as are in use (at least 256), so a sync's store traffic follows
+   * the keys in use, not the keys held: with many idle keys a round takes longer than this
+   * (docs/ARCHITECTURE.md, "Which keys a sync visits").
+   * @default 30_000
+   */
+  idleRefreshMs?: number
   /** Identifies this process to the store; random by default. Must be unique per live process. */
   nodeId?: string
   /** Called with every store failure (the engine itself never prints). */
@@ -51,13 +65,16 @@ export interface ResolvedNamespaceOptions {
   readonly mode: SyncMode
   readonly strategy: string | Strategy | undefined
   readonly strategyOpts: Record<string, unknown>
+  /** In seconds, as given (a size given as 0.30000000000000004 is 0.3 here). */
   readonly windowSizes: readonly number[]
+  readonly windowSizesMs: readonly number[]
   readonly clock: Clock | undefined
   readonly maxKeys: number | undefined
   readonly onStoreError: OnStoreError
   readonly storeTimeoutMs: number
   readonly autoSync: boolean
   readonly batchSize: number
+  readonly idleRefreshMs: number
   readonly nodeId: string | undefined
   readonly onError: ((error: Error) => void) | undefined
 }
@@ -91,6 +108,7 @@ export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: stri
     'storeTimeoutMs',
     'autoSync',
     'batchSize',
+    'idleRefreshMs',
     'nodeId',
     'onError',
   ])
@@ -116,11 +134,7 @@ export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: stri
     if (typeof strategy === 'string') {
       if (!knownStrategy(strategy)) throw new ConfigError('UNKNOWN_STRATEGY', `strategy ${show(strategy)} is not a known strategy name`)
     } else if (!isStrategy(strategy)) {
-      throw invalid(
-        'strategy',
-        'a strategy name or an object with name, pushDiffs, getCounters, getWindow, resetKey, purge and close',
-        strategy,
-      )
+      throw invalid('strategy', 'a strategy name or an object with name, pushDiffs, getCounters, resetKey and close', strategy)
     }
   } else if (mode !== 'local') {
     throw new ConfigError('MISSING_STRATEGY', `syncRate ${syncRate} needs a strategy (a name such as "memory" or a strategy object)`)
@@ -131,11 +145,15 @@ export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: stri
 
   const windowSizes = o.windowSizes
   if (!Array.isArray(windowSizes) || windowSizes.length === 0)
-    throw invalid('windowSizes', 'a non-empty array of whole seconds', windowSizes)
-  for (const size of windowSizes) {
-    if (typeof size !== 'number' || !Number.isInteger(size) || size <= 0) throw invalid('windowSizes', 'positive integers (seconds)', size)
-  }
-  if (new Set(windowSizes).size !== windowSizes.length) throw invalid('windowSizes', 'without duplicates', windowSizes)
+    throw invalid('windowSizes', 'a non-empty array of seconds (such as [1, 60] or [0.5])', windowSizes)
+  const windowSizesMs = windowSizes.map((size: unknown) => {
+    if (typeof size !== 'number') throw invalid('windowSizes', 'numbers of seconds', size)
+    const ms = windowSizeMs(size)
+    if (Number.isNaN(ms))
+      throw invalid('windowSizes', `whole milliseconds from 0.001 s to ${MAX_WINDOW_MS / 1000} s (2^54 ms, about 570,000 years)`, size)
+    return ms
+  })
+  if (new Set(windowSizesMs).size !== windowSizesMs.length) throw invalid('windowSizes', 'without duplicates', windowSizes)
 
   const clock = o.clock
   if (clock !== undefined && typeof clock !== 'function') throw invalid('clock', 'a function returning epoch ms', clock)
@@ -153,6 +171,9 @@ export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: stri
   const batchSize = o.batchSize ?? 2048
   if (typeof batchSize !== 'number' || !Number.isInteger(batchSize) || batchSize < 1)
     throw invalid('batchSize', 'a positive integer', batchSize)
+  const idleRefreshMs = o.idleRefreshMs ?? 30_000
+  if (typeof idleRefreshMs !== 'number' || !Number.isFinite(idleRefreshMs) || idleRefreshMs <= 0)
+    throw invalid('idleRefreshMs', 'a positive number of ms', idleRefreshMs)
   const nodeId = o.nodeId
   if (nodeId !== undefined && (typeof nodeId !== 'string' || nodeId.length === 0)) throw invalid('nodeId', 'a non-empty string', nodeId)
   const onError = o.onError
@@ -165,13 +186,15 @@ export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: stri
     mode,
     strategy: strategy as string | Strategy | undefined,
     strategyOpts: strategyOpts as Record<string, unknown>,
-    windowSizes: [...windowSizes] as number[],
+    windowSizes: windowSizesMs.map((ms) => ms / 1000),
+    windowSizesMs,
     clock: clock as Clock | undefined,
     maxKeys: maxKeys as number | undefined,
     onStoreError,
     storeTimeoutMs,
     autoSync,
     batchSize,
+    idleRefreshMs,
     nodeId: nodeId as string | undefined,
     onError: onError as ((error: Error) => void) | undefined,
   }

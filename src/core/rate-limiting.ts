@@ -1,4 +1,4 @@
-import { CounterDict } from './counter-table.js'
+import { CounterDict } from './counter-dict.js'
 import { ConfigError, usageRangeError, usageTypeError } from './errors.js'
 import { Limiter, type LimiterOptions } from './limiter.js'
 import { Namespace, type NamespaceStats } from './namespace.js'

@@ -1,6 +1,8 @@
+import { windowStartMs } from './window.js'
+
 /**
  * The contract between the engine and a central store ("strategy"). Kong's shape
- * (`pushDiffs`, `getCounters`, `getWindow`) extended with what our sync invariants need.
+ * (`pushDiffs`, `getCounters`) extended with what our sync invariants need.
  *
  * How the invariants are kept (docs/ARCHITECTURE.md has the long form): each process has a
  * random `nodeId` and keeps, per key-window, the cumulative count of hits it made there. A push
@@ -10,25 +12,22 @@
  * carried by the next one (never lost). The total of a key-window is the sum over nodes.
  */
 
-/** One key-window of this node, written by a push. */
-export interface WindowPush {
+/** A key-window to read back without writing. */
+export interface WindowRef {
   /** The rate-limited key, such as an IP address or a user id. */
   readonly key: string
-  /** Window start, epoch seconds (a multiple of `windowSize`). */
-  readonly windowStart: number
-  /** Window size in seconds. */
-  readonly windowSize: number
+  /** Window start, epoch ms (a multiple of `windowSizeMs`). */
+  readonly windowStartMs: number
+  /** Window size, whole ms. */
+  readonly windowSizeMs: number
+}
+
+/** One key-window of this node, written by a push. */
+export interface WindowPush extends WindowRef {
   /** This node's cumulative count in the window: what the store must hold for `nodeId`. */
   readonly count: number
   /** Hits since the last acknowledged push; informational, apply `count` to stay idempotent. */
   readonly diff: number
-}
-
-/** A key-window to read back without writing. */
-export interface WindowRef {
-  readonly key: string
-  readonly windowStart: number
-  readonly windowSize: number
 }
 
 /** What one sync (or one synchronous hit) sends to a store. */
@@ -47,10 +46,7 @@ export interface DiffBatch {
 }
 
 /** The stored state of one key-window. */
-export interface CounterRow {
-  readonly key: string
-  readonly windowStart: number
-  readonly windowSize: number
+export interface CounterRow extends WindowRef {
   /** Total over all nodes (after any reset). */
   readonly count: number
   /** What the store holds for the asking node (0 when it holds nothing). */
@@ -58,8 +54,9 @@ export interface CounterRow {
 }
 
 /**
- * A central store. Implement it to bring your own; run `runStrategyContract` from the tests
- * against it to check it keeps the contract.
+ * A central store: what the engine calls, and nothing more. Implement it to bring your own, and
+ * run `runStrategyContract` and `runFaultSuite` from `ratelimiting/testing` against a real
+ * server in your tests (docs/STORES.md, "Writing a store").
  */
 export interface Strategy {
   /** Short name used in errors and diagnostics, such as "redis". */
@@ -69,25 +66,34 @@ export interface Strategy {
   /**
    * Applies every write of `batch` (atomically per key-window, idempotently by `nodeId`/`seq`)
    * and resolves with one row for each key-window written or listed in `refresh`, zeros for
-   * those the store does not hold. Rejects if nothing can be said about the outcome.
+   * those the store does not hold. Rejects if nothing can be said about the outcome. Every sync
+   * and every synchronous hit is one call.
    */
   pushDiffs(batch: DiffBatch): Promise<CounterRow[]>
   /**
-   * Yields the stored current and previous window (at `timeSec`) of every key of the namespace
-   * for the given sizes; `own` is relative to `nodeId`.
+   * Yields the stored current and previous window (at `nowMs`) of every key of the namespace
+   * for the given sizes (whole ms); `own` is relative to `nodeId`. `rl.fetch()` (the warm-up of
+   * a new process) calls it.
    */
-  getCounters(namespace: string, windowSizes: readonly number[], timeSec: number, nodeId?: string): AsyncIterable<CounterRow>
-  /** Reads one key-window; `own` is relative to `nodeId`. */
-  getWindow(key: string, namespace: string, windowStart: number, windowSize: number, nodeId?: string): Promise<CounterRow>
+  getCounters(namespace: string, windowSizesMs: readonly number[], nowMs: number, nodeId?: string): AsyncIterable<CounterRow>
   /**
-   * Resets a key across the fleet: for each size, its current and previous window at `nowMs`
-   * count zero from now on (hits other nodes have not pushed yet still arrive later).
+   * Resets a key across the fleet: for each size (whole ms), its current and previous window at
+   * `nowMs` count zero from now on (hits other nodes have not pushed yet still arrive later).
+   * `limiter.reset()` calls it.
    */
-  resetKey(namespace: string, key: string, windowSizes: readonly number[], nowMs: number): Promise<void>
-  /** Drops stored windows that no rate can use any more at `nowMs`. */
-  purge(namespace: string, windowSizes: readonly number[], nowMs: number): Promise<void>
+  resetKey(namespace: string, key: string, windowSizesMs: readonly number[], nowMs: number): Promise<void>
   /** Releases connections the strategy opened itself (never a client the user passed in). */
   close(): Promise<void>
+  /**
+   * Optional, for tools and tests (the engine never calls it): reads one key-window; `own` is
+   * relative to `nodeId`.
+   */
+  getWindow?(key: string, namespace: string, windowStartMs: number, windowSizeMs: number, nodeId?: string): Promise<CounterRow>
+  /**
+   * Optional (the engine never calls it): drops stored windows that no rate can use any more at
+   * `nowMs`, for stores that do not expire them by themselves or to free space at once.
+   */
+  purge?(namespace: string, windowSizesMs: readonly number[], nowMs: number): Promise<void>
 }
 
 /** Makes a strategy from `strategyOpts`; how `strategy: "name"` becomes an object. */
@@ -101,14 +107,43 @@ export function isStrategy(value: unknown): value is Strategy {
     typeof s.name === 'string' &&
     typeof s.pushDiffs === 'function' &&
     typeof s.getCounters === 'function' &&
-    typeof s.getWindow === 'function' &&
     typeof s.resetKey === 'function' &&
-    typeof s.purge === 'function' &&
     typeof s.close === 'function'
   )
 }
 
-/** How long a stored window must live: its own span, the next window's, and a grace period. */
-export function windowExpiresAtMs(windowStart: number, windowSize: number, graceMs: number): number {
-  return (windowStart + 2 * windowSize) * 1000 + graceMs
+/** A window of one size, without a key. */
+export interface WindowSpan {
+  readonly windowSizeMs: number
+  readonly windowStartMs: number
+}
+
+/**
+ * The windows a rate reads at `nowMs`: for each size, the current window and the one before it,
+ * in that order. What `getCounters` and `resetKey` cover.
+ */
+export function currentAndPrevious(nowMs: number, windowSizesMs: readonly number[]): WindowSpan[] {
+  const spans: WindowSpan[] = []
+  for (const windowSizeMs of windowSizesMs) {
+    const start = windowStartMs(nowMs, windowSizeMs)
+    spans.push({ windowSizeMs, windowStartMs: start }, { windowSizeMs, windowStartMs: start - windowSizeMs })
+  }
+  return spans
+}
+
+/** How long a stored window must live, epoch ms: its own span, the next window's, and a grace period. */
+export function windowExpiresAtMs(windowStartMs: number, windowSizeMs: number, graceMs: number): number {
+  return windowStartMs + 2 * windowSizeMs + graceMs
+}
+
+const SURROGATE = /[\ud800-\udfff]/
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
+
+/**
+ * Whether `text` holds a lone UTF-16 surrogate (`JSON.parse('"\\ud800"')` gives one). UTF-8
+ * encoders, as every store driver uses, write each as U+FFFD, so keys that differ only there
+ * would share one stored counter: a store escapes such keys first.
+ */
+export function hasLoneSurrogate(text: string): boolean {
+  return SURROGATE.test(text) && LONE_SURROGATE.test(text)
 }

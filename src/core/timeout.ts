@@ -11,13 +11,22 @@ class Pending implements Deadline {
   readonly deadline: number
   readonly strategy: string
   readonly what: string
+  readonly detail: string | undefined
   onTimeout: ((err: StoreError) => void) | undefined
 
-  constructor(queue: DeadlineQueue, deadline: number, strategy: string, what: string, onTimeout: (err: StoreError) => void) {
+  constructor(
+    queue: DeadlineQueue,
+    deadline: number,
+    strategy: string,
+    what: string,
+    detail: string | undefined,
+    onTimeout: (err: StoreError) => void,
+  ) {
     this.queue = queue
     this.deadline = deadline
     this.strategy = strategy
     this.what = what
+    this.detail = detail
     this.onTimeout = onTimeout
   }
 
@@ -46,8 +55,8 @@ class DeadlineQueue {
   }
 
   /** Adds a deadline `ms` from now. */
-  add(strategy: string, what: string, onTimeout: (err: StoreError) => void): Pending {
-    const entry = new Pending(this, performance.now() + this.ms, strategy, what, onTimeout)
+  add(strategy: string, what: string, detail: string | undefined, onTimeout: (err: StoreError) => void): Pending {
+    const entry = new Pending(this, performance.now() + this.ms, strategy, what, detail, onTimeout)
     this.entries.push(entry)
     this.pending++
     if (this.timer === undefined) this.arm(entry.deadline)
@@ -101,7 +110,7 @@ class DeadlineQueue {
       if (entry === undefined || entry.deadline > now) break
       const onTimeout = entry.onTimeout as (err: StoreError) => void
       this.settle(entry)
-      onTimeout(new StoreError('STORE_TIMEOUT', entry.strategy, `${entry.what} timed out after ${this.ms} ms`))
+      onTimeout(timeoutError(entry.strategy, entry.what, this.ms, entry.detail))
     }
     // the earliest deadline still pending (trim left the head on it), if any
     const next = this.entries[this.head]
@@ -111,34 +120,58 @@ class DeadlineQueue {
 
 const queues = new Map<number, DeadlineQueue>()
 
+function timeoutError(strategy: string, what: string, ms: number, detail: string | undefined): StoreError {
+  return new StoreError('STORE_TIMEOUT', strategy, `${what} timed out after ${ms} ms${detail === undefined ? '' : ` (${detail})`}`)
+}
+
 /**
- * Calls `onTimeout` with a STORE_TIMEOUT {@link StoreError} `ms` from now unless `settle()` is
- * called first. Deadlines of the same `ms` share one timer (see DeadlineQueue), so bounding a
- * call costs no timer of its own; the timer keeps the process alive while a deadline is pending,
- * as the store call it bounds would, and stops doing so once none is.
+ * Calls `onTimeout` with a STORE_TIMEOUT {@link StoreError} (`<what> timed out after <ms> ms`,
+ * and ` (<detail>)` when given) `ms` from now unless `settle()` is called first. Deadlines of the
+ * same `ms` share one timer (see DeadlineQueue), so bounding a call costs no timer of its own;
+ * the timer keeps the process alive while a deadline is pending, as the store call it bounds
+ * would, and stops doing so once none is. The one way every store call is bounded.
  */
-export function deadline(ms: number, strategy: string, what: string, onTimeout: (err: StoreError) => void): Deadline {
+export function deadline(ms: number, strategy: string, what: string, onTimeout: (err: StoreError) => void, detail?: string): Deadline {
   let queue = queues.get(ms)
   if (queue === undefined) {
     // a few distinct timeouts in practice (storeTimeoutMs); fetch's shrinking ones are rare
-    if (queues.size >= 64) return ownDeadline(ms, strategy, what, onTimeout)
+    if (queues.size >= 64) return ownDeadline(ms, strategy, what, detail, onTimeout)
     queue = new DeadlineQueue(ms)
     queues.set(ms, queue)
   }
-  return queue.add(strategy, what, onTimeout)
+  return queue.add(strategy, what, detail, onTimeout)
+}
+
+/** Options of {@link withTimeout}. */
+export interface TimeoutOptions<T> {
+  /** Added to the message in parentheses, such as "the write may have landed". */
+  readonly detail?: string
+  /** Called with the value when the promise fulfills after the deadline (to release a connection). */
+  readonly onLate?: (value: T) => void
 }
 
 /**
  * Settles like `promise`, or rejects with a STORE_TIMEOUT {@link StoreError} after `ms`
  * (a {@link deadline}: no timer of its own, and the process is kept alive only while pending).
  */
-export function withTimeout<T>(promise: Promise<T>, ms: number, strategy: string, what: string): Promise<T> {
+export function withTimeout<T>(promise: Promise<T>, ms: number, strategy: string, what: string, options?: TimeoutOptions<T>): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    const bound = deadline(ms, strategy, what, reject)
+    let late = false
+    const bound = deadline(
+      ms,
+      strategy,
+      what,
+      (err) => {
+        late = true
+        reject(err)
+      },
+      options?.detail,
+    )
     promise.then(
       (value) => {
         bound.settle()
-        resolve(value)
+        if (late) options?.onLate?.(value)
+        else resolve(value)
       },
       (err: unknown) => {
         bound.settle()
@@ -149,9 +182,13 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, strategy: string
 }
 
 // A deadline with a timer of its own, past 64 distinct timeouts.
-function ownDeadline(ms: number, strategy: string, what: string, onTimeout: (err: StoreError) => void): Deadline {
-  const timer = setTimeout(() => {
-    onTimeout(new StoreError('STORE_TIMEOUT', strategy, `${what} timed out after ${ms} ms`))
-  }, ms)
+function ownDeadline(
+  ms: number,
+  strategy: string,
+  what: string,
+  detail: string | undefined,
+  onTimeout: (err: StoreError) => void,
+): Deadline {
+  const timer = setTimeout(() => onTimeout(timeoutError(strategy, what, ms, detail)), ms)
   return { settle: () => clearTimeout(timer) }
 }

@@ -1,7 +1,6 @@
 import { type Clock, cachedClock } from '../core/clock.js'
-import type { WindowTable } from '../core/counter-table.js'
-import { ConfigError, usageTypeError } from '../core/errors.js'
-import type { Decision, Limiter } from '../core/limiter.js'
+import { ConfigError } from '../core/errors.js'
+import type { Decision, Limiter, WindowCounts } from '../core/limiter.js'
 import type { OnStoreError } from '../core/options.js'
 import { RateLimiting } from '../core/rate-limiting.js'
 import { isStrategy, type Strategy } from '../core/strategy.js'
@@ -49,7 +48,6 @@ export interface SimpleLimiterOptions {
 interface Engine {
   readonly rl: RateLimiting
   readonly limiter: Limiter
-  readonly table: WindowTable
   readonly store: Strategy | undefined
 }
 
@@ -146,10 +144,8 @@ export class SimpleLimiter {
   allow(key: string): boolean | Promise<boolean> {
     const engine = this.engine
     if (engine.store === undefined) {
-      if (typeof key !== 'string') throw usageTypeError('INVALID_KEY', `key must be a string, got ${typeof key}`)
       // one lookup and a little arithmetic: the local hot path allocates nothing
-      engine.table.decide(key, 1, this.limit, this.countDenied, this.clock())
-      return engine.table.lastAllowed
+      return engine.limiter.allow(key) as boolean
     }
     return (engine.limiter.hit(key) as Promise<Decision>).then(isAllowed)
   }
@@ -199,7 +195,6 @@ export class SimpleLimiter {
     return {
       rl,
       limiter,
-      table: rl.namespace(this.name).table(this.windowSec),
       store,
     }
   }
@@ -207,7 +202,7 @@ export class SimpleLimiter {
   private stats(engine: Engine, key: string, d: Decision, nowMs: number): WindowStats {
     const windowMs = this.windowMs
     const weight = previousWeight(nowMs, windowMs)
-    const { previous } = engine.table.counts(key, nowMs)
+    const previous = (engine.limiter.counts(key, nowMs)[0] as WindowCounts).previous
     const previousUse = previous * weight
     // the decision's rate includes this call when it was counted; the stats describe the state before it
     const counted = d.allowed || this.countDenied

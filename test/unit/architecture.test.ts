@@ -1,5 +1,5 @@
 /**
- * Dependency direction (DESIGN.md §2): arrows point inward. The core imports nothing outside
+ * Dependency direction (docs/ARCHITECTURE.md): arrows point inward. The core imports nothing outside
  * itself but Node built-ins; a store imports core types and its own driver only; adapters import
  * the core; only the server (and the simple API, for its default store) pick concrete stores.
  */
@@ -76,28 +76,65 @@ describe('dependency direction', () => {
     )
   })
 
-  it('a store imports core types and its own driver only', () => {
+  it('a store imports core types, the capabilities table and its own driver only', () => {
     const drivers: Record<string, string[]> = { memory: [], redis: ['ioredis'], postgres: ['pg'], memcached: ['memjs', 'memcached'] }
     const bad = all
       .filter(inFolder('strategies'))
+      // the registrations of the built-in stores load each store's module by name, on first use
+      .filter((imp) => imp.file !== path.join('strategies', 'built-in.ts'))
       .filter((imp) => {
         const store = imp.file.split(path.sep)[1]?.replace(/\.ts$/, '') ?? ''
         const t = target(imp)
         if (t.kind === 'builtin') return false
         if (t.kind === 'package') return !(drivers[store] ?? []).includes(t.name)
+        if (/(^|\/)capabilities\.js$/.test(imp.specifier)) return false
         return !(localIn(imp, 'core') || t.folder === `strategies/${store}` || (store === 'memory' && t.folder === 'strategies'))
       })
       .map((imp) => `${imp.file} imports ${imp.specifier}`)
     assert.deepEqual(bad, [])
   })
 
-  it('only the server and the simple API choose concrete stores', () => {
+  it('the built-in registrations load a store module only by dynamic import', () => {
+    const text = readFileSync(path.join(src, 'strategies', 'built-in.ts'), 'utf8')
+    assert.deepEqual(text.match(/^import .*\/(redis|postgres|memcached)\//gm), null)
+  })
+
+  it('only the server and the simple API choose concrete stores (the testing kit ships the memory store)', () => {
     const choosers = ['server', 'simple']
     const bad = all
       .filter((imp) => !choosers.some((c) => inFolder(c)(imp)) && imp.file !== 'index.ts' && !inFolder('strategies')(imp))
       .filter((imp) => localIn(imp, 'strategies'))
+      .filter((imp) => !(inFolder('testing')(imp) && imp.specifier === '../strategies/memory.js'))
+      // the Redis algorithms run their scripts the way the Redis store does (no store chosen)
+      .filter((imp) => !(inFolder('algorithms')(imp) && imp.specifier === '../strategies/redis/scripts.js'))
       .map((imp) => `${imp.file} imports ${imp.specifier}`)
     assert.deepEqual(bad, [])
+  })
+
+  it('the testing kit imports the core, the memory store and Node built-ins only', () => {
+    assert.deepEqual(
+      violations(
+        inFolder('testing'),
+        (imp) => target(imp).kind === 'builtin' || localIn(imp, 'core', 'testing') || imp.specifier === '../strategies/memory.js',
+      ),
+      [],
+    )
+  })
+
+  it('no module outside the core reaches into its internals (the counter table, a namespace object)', () => {
+    const internals = ['counter-table.js', 'counter-dict.js', 'namespace.js', 'store-link.js', 'sync-loop.js', 'previous-reads.js']
+    const bad = all
+      // the package root re-exports what is public of them (DictStats, the channels)
+      .filter((imp) => !inFolder('core')(imp) && imp.file !== 'index.ts')
+      .filter((imp) => !imp.typeOnly || !imp.specifier.endsWith('/namespace.js'))
+      .filter((imp) => internals.some((file) => imp.specifier.endsWith(`/core/${file}`)))
+      .map((imp) => `${imp.file} imports ${imp.specifier}`)
+    assert.deepEqual(bad, [])
+    const calls = sourceFiles(src)
+      .filter((file) => !path.relative(src, file).startsWith(`core${path.sep}`))
+      .filter((file) => /\.namespace\(/.test(readFileSync(file, 'utf8')))
+      .map((file) => path.relative(src, file))
+    assert.deepEqual(calls, [], 'RateLimiting.namespace() is internal: use the Limiter')
   })
 
   it('adapters import the core and frameworks only as types', () => {

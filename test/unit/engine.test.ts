@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict'
 import { subscribe, unsubscribe } from 'node:diagnostics_channel'
-import { describe, it } from 'node:test'
+import { describe, it, mock } from 'node:test'
 import * as ratelimiting from '../../src/index.js'
-import { ConfigError, createFakeClock, MemoryStrategy, RateLimiting, StoreError } from '../../src/index.js'
+import { ConfigError, createFakeClock, type DiffBatch, MemoryStrategy, RateLimiting, StoreError } from '../../src/index.js'
 
 const MINUTE = 1_699_999_980_000
 
@@ -35,12 +35,19 @@ describe('namespaces and validation', () => {
 
   it('names the option and the value of every invalid option at new()', () => {
     const cases: [Record<string, unknown>, string, RegExp][] = [
-      [{ windowSizes: [0] }, 'INVALID_OPTION', /windowSizes must be positive integers \(seconds\), got 0/],
-      [{ windowSizes: [1.5] }, 'INVALID_OPTION', /windowSizes must be positive integers \(seconds\), got 1\.5/],
-      [{ windowSizes: ['60'] }, 'INVALID_OPTION', /windowSizes must be positive integers \(seconds\), got "60"/],
+      [
+        { windowSizes: [0] },
+        'INVALID_OPTION',
+        /windowSizes must be whole milliseconds from 0\.001 s to .* s \(2\^54 ms, about 570,000 years\), got 0/,
+      ],
+      [{ windowSizes: [0.0005] }, 'INVALID_OPTION', /windowSizes must be whole milliseconds from 0\.001 s .*, got 0\.0005/],
+      [{ windowSizes: [1e14] }, 'INVALID_OPTION', /windowSizes must be whole milliseconds .*, got 100000000000000/],
+      [{ windowSizes: [Number.NaN] }, 'INVALID_OPTION', /windowSizes must be whole milliseconds .*, got NaN/],
+      [{ windowSizes: ['60'] }, 'INVALID_OPTION', /windowSizes must be numbers of seconds, got "60"/],
+      [{ windowSizes: [0.3, 0.1 + 0.2] }, 'INVALID_OPTION', /windowSizes must be without duplicates, got \[0\.3, 0\.30000000000000004\]/],
       [{ windowSizes: [] }, 'INVALID_OPTION', /windowSizes must be a non-empty array/],
       [{ windowSizes: [60, 60] }, 'INVALID_OPTION', /windowSizes must be without duplicates, got \[60, 60\]/],
-      [{}, 'INVALID_OPTION', /windowSizes must be a non-empty array of whole seconds, got undefined/],
+      [{}, 'INVALID_OPTION', /windowSizes must be a non-empty array of seconds \(such as \[1, 60\] or \[0\.5\]\), got undefined/],
       [
         { windowSizes: [60], syncRate: 0.0005, strategy: 'memory' },
         'INVALID_OPTION',
@@ -235,32 +242,42 @@ describe('sync modes', () => {
     assert.equal(rl.slidingWindow('k', 60), 1)
   })
 
-  it('arms the periodic timer on new(), aligned to the sync rate', async () => {
+  it('arms the periodic timer on new(), aligned to wall-clock multiples of the sync rate, and again after each sync', async () => {
+    // the timer and Date under node:test's fake timers: the instants are exact, nothing sleeps
+    mock.timers.enable({ apis: ['setTimeout', 'Date'], now: 1_000_007 })
     const store = new MemoryStrategy()
     const rl = instance()
-    let resolveSync: (value: unknown) => void = () => {}
-    const synced = new Promise((resolve) => {
-      resolveSync = resolve
+    const pushesAt: number[] = []
+    const watched = Object.assign(Object.create(store) as MemoryStrategy, {
+      pushDiffs(batch: DiffBatch) {
+        pushesAt.push(Date.now())
+        return store.pushDiffs(batch)
+      },
     })
-    const onSync = (message: unknown) => {
-      if ((message as { namespace: string }).namespace === 'timer') resolveSync(message)
-    }
-    subscribe('ratelimiting:sync', onSync)
+    const settle = () => new Promise((resolve) => setImmediate(resolve)) // real: not faked here
     try {
-      rl.new({ namespace: 'timer', windowSizes: [60], syncRate: 0.02, strategy: store })
+      rl.new({ namespace: 'timer', windowSizes: [60], syncRate: 0.02, strategy: watched, clock: () => Date.now() })
       rl.increment('k', 60, 1, 'timer')
-      // the sync timer is unref'd (it never keeps a process alive): hold the loop open meanwhile
-      let guard: NodeJS.Timeout | undefined
-      await Promise.race([
-        synced,
-        new Promise((_, reject) => {
-          guard = setTimeout(() => reject(new Error('no periodic sync within 5 s')), 5_000)
-        }),
-      ])
-      clearTimeout(guard)
-      assert.ok(store.calls.pushDiffs >= 1)
+      mock.timers.tick(12) // 1_000_019: not yet
+      await settle()
+      assert.deepEqual(pushesAt, [])
+      mock.timers.tick(1) // 1_000_020, the next multiple of 20 ms: the write
+      await settle()
+      assert.deepEqual(pushesAt, [1_000_020])
+      mock.timers.tick(1) // the settle time (20 ms / 20) then the read-back
+      await settle()
+      assert.deepEqual(pushesAt, [1_000_020, 1_000_021])
+      rl.increment('k', 60, 1, 'timer')
+      mock.timers.tick(18) // 1_000_039: the next timer aims at 1_000_040
+      await settle()
+      assert.equal(pushesAt.length, 2)
+      mock.timers.tick(1)
+      await settle()
+      assert.deepEqual(pushesAt.slice(2), [1_000_040])
+      mock.timers.tick(1)
+      await settle()
     } finally {
-      unsubscribe('ratelimiting:sync', onSync)
+      mock.timers.reset()
       await rl.close()
     }
   })
@@ -272,8 +289,7 @@ describe('sync modes', () => {
     rl.new({ windowSizes: [60], syncRate: 10, strategy: store, clock: clock.now })
     rl.increment('k', 60, 7)
     await rl.close()
-    const start = MINUTE / 1000
-    assert.equal((await store.getWindow('k', 'default', start, 60)).count, 7)
+    assert.equal((await store.getWindow('k', 'default', MINUTE, 60_000)).count, 7)
   })
 
   it('reports store errors through onError and the store-error channel, never by printing', async () => {
@@ -336,7 +352,7 @@ describe('sync invariants under injected faults', () => {
     await b.fetch() // b never saw k: warm it up from the store
     assert.equal(a.slidingWindow('k', 60), 4)
     assert.equal(b.slidingWindow('k', 60), 4)
-    assert.equal((await store.getWindow('k', 'default', (MINUTE + 1_000 - 1_000) / 1000, 60)).count, 4)
+    assert.equal((await store.getWindow('k', 'default', MINUTE, 60_000)).count, 4)
   })
 
   it('keeps limiting on local counts while the store is down, and catches up after', async () => {

@@ -104,6 +104,21 @@ describe('rateLimitHeaders', () => {
     assert.equal(rateLimitHeaders(d).RateLimit, '"say \\"hi\\"\\\\";r=0;t=60')
   })
 
+  it('writes w in whole seconds for windows that are not (a 1.5 s window is w=2, 50 ms is w=1)', () => {
+    const rl = RateLimiting.newInstance('headers-ms')
+    rl.new({ windowSizes: [1.5, 0.05] })
+    const d = rl
+      .limiter({
+        limits: [
+          { limit: 5, window: 1.5, name: 'slow' },
+          { limit: 2, window: 0.05, name: 'fast' },
+        ],
+      })
+      .hit('k') as Decision
+    assert.equal(rateLimitHeaders(d, 'draft-8')['RateLimit-Policy'], '"slow";q=5;w=2, "fast";q=2;w=1')
+    assert.equal(rateLimitHeaders(d, 'draft-7')['RateLimit-Policy'], '5;w=2, 2;w=1')
+  })
+
   it('refuses an unknown mode', () => {
     const { one } = decisions()
     assert.throws(() => rateLimitHeaders(one.hit('k') as Decision, 'draft-99' as never), /header mode must be/)

@@ -256,3 +256,47 @@ describe('limiter in synchronous mode', () => {
     await rl.close()
   })
 })
+
+describe('limiter.allow() and limiter.counts()', () => {
+  it('allow() answers what hit() would, counting the same, for one limit and for several', async () => {
+    for (const limits of [
+      [{ limit: 3, window: 60 }],
+      [
+        { limit: 3, window: 1 },
+        { limit: 5, window: 60 },
+      ],
+    ]) {
+      const a = setup(limits)
+      const b = setup(limits)
+      for (let i = 0; i < 6; i++) assert.equal(a.limiter.allow('k'), b.hit('k').allowed, `hit ${i}`)
+      assert.deepEqual(a.limiter.counts('k'), b.limiter.counts('k'))
+    }
+    // in a synchronous namespace, a Promise of the same answer
+    const rl = RateLimiting.newInstance('allow-sync')
+    rl.new({ namespace: 'api', windowSizes: [60], syncRate: 0, strategy: new MemoryStrategy() })
+    const limiter = rl.limiter({ namespace: 'api', limits: [{ limit: 1, window: 60 }] })
+    assert.deepEqual([await limiter.allow('k'), await limiter.allow('k')], [true, false])
+    await rl.close()
+  })
+
+  it('counts() gives each window its current and previous totals and reset, counting nothing', () => {
+    const { clock, limiter, hit } = setup([
+      { limit: 100, window: 1 },
+      { limit: 1000, window: 60 },
+    ])
+    hit('k', 4)
+    clock.advance(1_250) // into the next 1 s window, the same 60 s one
+    hit('k', 2)
+    assert.deepEqual(limiter.counts('k'), [
+      { name: '100-in-1s', window: 1, current: 2, previous: 4, resetMs: 750 },
+      { name: '1000-in-60s', window: 60, current: 6, previous: 0, resetMs: 58_750 },
+    ])
+    assert.deepEqual(limiter.counts('k'), limiter.counts('k'), 'reading counts nothing')
+    assert.deepEqual(limiter.counts('nobody')[0], { name: '100-in-1s', window: 1, current: 0, previous: 0, resetMs: 750 })
+  })
+
+  it('exposes the clock it decides by', () => {
+    const { clock, limiter } = setup([{ limit: 1, window: 60 }])
+    assert.equal(limiter.clock(), clock.now())
+  })
+})

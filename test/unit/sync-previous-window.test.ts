@@ -11,8 +11,8 @@ class CountingStore extends MemoryStrategy {
   previousReads = 0
 
   override pushDiffs(batch: DiffBatch) {
-    const currentStart = Math.floor(batch.nowMs / 60_000) * 60
-    for (const r of batch.refresh) if (r.windowStart < currentStart) this.previousReads++
+    const currentStart = Math.floor(batch.nowMs / 60_000) * 60_000
+    for (const r of batch.refresh) if (r.windowStartMs < currentStart) this.previousReads++
     return super.pushDiffs(batch)
   }
 }

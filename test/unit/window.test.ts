@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import fc from 'fast-check'
-import { previousWeight, retryAfterMs, slidingRate, windowStartSec } from '../../src/core/window.js'
+import { MAX_WINDOW_MS, previousWeight, retryAfterMs, slidingRate, windowSizeMs, windowStartMs } from '../../src/core/window.js'
 import { createFakeClock, RateLimiting } from '../../src/index.js'
 
 // 2023-11-14T22:13:00Z: the start of a minute and of an hour-aligned second count
@@ -28,15 +28,30 @@ describe('window math', () => {
     assert.equal(slidingRate(18, 42, previousWeight(MINUTE + 15_000, 60_000)), 49.5)
   })
 
-  it('aligns windows to the epoch for sizes 1, 30, 60 and 3600 s', () => {
-    const t = Date.UTC(2026, 10, 21, 13, 47, 31, 250)
-    assert.equal(windowStartSec(t, 1), Date.UTC(2026, 10, 21, 13, 47, 31) / 1000)
-    assert.equal(windowStartSec(t, 30), Date.UTC(2026, 10, 21, 13, 47, 30) / 1000)
-    assert.equal(windowStartSec(t, 60), Date.UTC(2026, 10, 21, 13, 47, 0) / 1000)
-    assert.equal(windowStartSec(t, 3600), Date.UTC(2026, 10, 21, 13, 0, 0) / 1000)
+  it('aligns windows to the epoch for sizes 50 ms, 1, 30, 60 and 3600 s', () => {
+    const t = Date.UTC(2026, 10, 21, 13, 47, 31, 260)
+    assert.equal(windowStartMs(t, 50), Date.UTC(2026, 10, 21, 13, 47, 31, 250))
+    assert.equal(windowStartMs(t, 1000), Date.UTC(2026, 10, 21, 13, 47, 31))
+    assert.equal(windowStartMs(t, 30_000), Date.UTC(2026, 10, 21, 13, 47, 30))
+    assert.equal(windowStartMs(t, 60_000), Date.UTC(2026, 10, 21, 13, 47, 0))
+    assert.equal(windowStartMs(t, 3_600_000), Date.UTC(2026, 10, 21, 13, 0, 0))
     // the last ms of a window and the first of the next
-    assert.equal(windowStartSec(Date.UTC(2026, 10, 21, 13, 47, 29, 999), 30), Date.UTC(2026, 10, 21, 13, 47, 0) / 1000)
-    assert.equal(windowStartSec(Date.UTC(2026, 10, 21, 13, 47, 30, 0), 30), Date.UTC(2026, 10, 21, 13, 47, 30) / 1000)
+    assert.equal(windowStartMs(Date.UTC(2026, 10, 21, 13, 47, 29, 999), 30_000), Date.UTC(2026, 10, 21, 13, 47, 0))
+    assert.equal(windowStartMs(Date.UTC(2026, 10, 21, 13, 47, 30, 0), 30_000), Date.UTC(2026, 10, 21, 13, 47, 30))
+  })
+
+  it('takes window sizes in seconds down to whole ms, and nothing it cannot represent', () => {
+    assert.equal(windowSizeMs(60), 60_000)
+    assert.equal(windowSizeMs(0.05), 50)
+    assert.equal(windowSizeMs(0.001), 1)
+    assert.equal(windowSizeMs(0.007), 7, '0.007 * 1000 is 7.000000000000001')
+    assert.equal(windowSizeMs(0.1 + 0.2), 300)
+    assert.equal(windowSizeMs(9_007_199_254_740), 9_007_199_254_740_000)
+    assert.equal(windowSizeMs(285_421 * 365.25 * 86_400), 9_007_201_749_600_000, "285,421 years, as @fastify/rate-limit's ms() reads them")
+    assert.equal(windowSizeMs(MAX_WINDOW_MS / 1000), MAX_WINDOW_MS)
+    for (const bad of [0, -1, 0.0005, 1.0005, 1e14, Number.NaN, Number.POSITIVE_INFINITY]) {
+      assert.ok(Number.isNaN(windowSizeMs(bad)), `${bad} is refused`)
+    }
   })
 
   it('weighs the previous window with millisecond precision', () => {
@@ -74,23 +89,85 @@ function bruteForceRetry(cur: number, prev: number, nowMs: number, sizeMs: numbe
 }
 
 describe('retry time', () => {
-  it('equals a brute-force search over time, ms by ms', () => {
+  it('equals a brute-force search over time, ms by ms, for any window of whole ms', () => {
     fc.assert(
       fc.property(
-        fc.integer({ min: 1, max: 4 }),
+        fc.integer({ min: 1, max: 4000 }),
         fc.integer({ min: 0, max: 3999 }),
         fc.integer({ min: 0, max: 40 }),
         fc.integer({ min: 0, max: 40 }),
         fc.integer({ min: 1, max: 30 }),
         fc.integer({ min: 1, max: 5 }),
-        (sizeSec, offsetMs, cur, prev, limit, cost) => {
-          const sizeMs = sizeSec * 1000
+        (sizeMs, offsetMs, cur, prev, limit, cost) => {
           const now = MINUTE + (offsetMs % sizeMs)
           const expected = bruteForceRetry(cur, prev, now, sizeMs, limit, cost)
           assert.equal(retryAfterMs(cur, prev, now, sizeMs, limit, cost), expected)
         },
       ),
-      { numRuns: 400 },
+      { numRuns: 1000 },
+    )
+  })
+
+  it('equals the brute-force search with decimal counts, limits and costs', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 3000 }),
+        fc.integer({ min: 0, max: 2999 }),
+        fc.double({ min: 0, max: 50, noNaN: true }),
+        fc.double({ min: 0, max: 50, noNaN: true }),
+        fc.double({ min: 0.5, max: 30, noNaN: true }),
+        fc.double({ min: 0.01, max: 5, noNaN: true }),
+        (sizeMs, offsetMs, cur, prev, limit, cost) => {
+          const now = MINUTE + (offsetMs % sizeMs)
+          assert.equal(retryAfterMs(cur, prev, now, sizeMs, limit, cost), bruteForceRetry(cur, prev, now, sizeMs, limit, cost))
+        },
+      ),
+      { numRuns: 1000 },
+    )
+  })
+
+  // a timeout, not a timing: a walk ms by ms would never end here
+  it('answers for windows up to 2^54 ms and is never early there', { timeout: 10_000 }, () => {
+    // @fastify/rate-limit's "MAx safe Exponential Backoff": a 285421-year window hung a ms-by-ms walk
+    for (const sizeMs of [9_007_199_254_740_000, MAX_WINDOW_MS, 285_421 * 365.25 * 86_400_000]) {
+      // fixed instants, so that a failure reproduces: epoch 0, one in 2026 (this case once failed
+      // there: now + wait rounded below the instant the formula allowed), the end of the window
+      for (const now of [0, 1_763_887_000_000, 1_798_761_599_999, sizeMs - 1]) {
+        const wait = retryAfterMs(3, 0, now, sizeMs, 2, 1)
+        assert.ok(Number.isFinite(wait) && wait > 0, `size ${sizeMs}, now ${now}: ${wait}`)
+        // allowed at now + wait by the formula itself: the current window alone held 3
+        const start = windowStartMs(now, sizeMs)
+        const t = now + wait
+        const rate = t < start + sizeMs ? 3 : t < start + 2 * sizeMs ? 3 * ((start + 2 * sizeMs - t) / sizeMs) : 0
+        assert.ok(rate + 1 <= 2, `still over the limit at ${t}`)
+      }
+    }
+  })
+
+  it('is never early for huge windows at any instant, the wait added to now as a caller does', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 2 ** 52, max: MAX_WINDOW_MS }),
+        fc.double({ min: 0, max: 1, noNaN: true, maxExcluded: true }),
+        fc.integer({ min: 0, max: 20 }),
+        fc.integer({ min: 0, max: 20 }),
+        fc.integer({ min: 1, max: 10 }),
+        (sizeMs, offset, cur, prev, limit) => {
+          const now = Math.floor(offset * sizeMs)
+          const wait = retryAfterMs(cur, prev, now, sizeMs, limit, 1)
+          if (wait === 0 || !Number.isFinite(wait)) return
+          const start = windowStartMs(now, sizeMs)
+          const t = now + wait
+          const rate =
+            t < start + sizeMs
+              ? cur + prev * ((start + sizeMs - t) / sizeMs)
+              : t < start + 2 * sizeMs
+                ? cur * ((start + 2 * sizeMs - t) / sizeMs)
+                : 0
+          assert.ok(rate + 1 <= limit, `size ${sizeMs}, now ${now}: still over the limit at ${t}`)
+        },
+      ),
+      { numRuns: 2000 },
     )
   })
 
