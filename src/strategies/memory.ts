@@ -1,6 +1,6 @@
 import { StoreError } from '../core/errors.js'
-import { type CounterRow, type DiffBatch, type Strategy, windowExpiresAtMs } from '../core/strategy.js'
-import { windowStartSec } from '../core/window.js'
+import { BUILT_IN_STORES } from './capabilities.js'
+import { type CounterRow, currentAndPrevious, type DiffBatch, type Strategy, windowExpiresAtMs } from '../core/strategy.js'
 
 /** Options of {@link MemoryStrategy}. */
 export interface MemoryStrategyOptions {
@@ -16,8 +16,8 @@ interface NodeSlot {
 interface StoredWindow {
   readonly namespace: string
   readonly key: string
-  readonly windowStart: number
-  readonly windowSize: number
+  readonly windowStartMs: number
+  readonly windowSizeMs: number
   readonly nodes: Map<string, NodeSlot>
   /** Set by a reset: minus the total at that moment. */
   offset: number
@@ -26,8 +26,8 @@ interface StoredWindow {
 
 type Fault = { kind: 'down' } | { kind: 'hang'; waiters: Array<() => void> }
 
-function storeKey(namespace: string, windowSize: number, windowStart: number, key: string): string {
-  return `${namespace}\u0000${windowSize}\u0000${windowStart}\u0000${key}`
+function storeKey(namespace: string, windowSizeMs: number, windowStartMs: number, key: string): string {
+  return `${namespace}\u0000${windowSizeMs}\u0000${windowStartMs}\u0000${key}`
 }
 
 function total(w: StoredWindow): number {
@@ -49,7 +49,7 @@ function total(w: StoredWindow): number {
  */
 export class MemoryStrategy implements Strategy {
   readonly name = 'memory'
-  readonly supportsDecimals = true
+  readonly supportsDecimals = BUILT_IN_STORES.memory.supportsDecimals
   /** Calls received, by method, for tests and diagnostics. */
   readonly calls = { pushDiffs: 0, getCounters: 0, getWindow: 0, resetKey: 0, purge: 0 }
   private readonly graceMs: number
@@ -113,14 +113,14 @@ export class MemoryStrategy implements Strategy {
     this.sweep(batch.nowMs)
     const rows: CounterRow[] = []
     for (const w of batch.windows) {
-      const id = storeKey(batch.namespace, w.windowSize, w.windowStart, w.key)
+      const id = storeKey(batch.namespace, w.windowSizeMs, w.windowStartMs, w.key)
       let stored = this.windows.get(id)
       if (stored === undefined) {
         stored = {
           namespace: batch.namespace,
           key: w.key,
-          windowStart: w.windowStart,
-          windowSize: w.windowSize,
+          windowStartMs: w.windowStartMs,
+          windowSizeMs: w.windowSizeMs,
           nodes: new Map(),
           offset: 0,
           expiresAtMs: 0,
@@ -128,18 +128,25 @@ export class MemoryStrategy implements Strategy {
         this.windows.set(id, stored)
       }
       const slot = stored.nodes.get(batch.nodeId)
+      stored.expiresAtMs = windowExpiresAtMs(w.windowStartMs, w.windowSizeMs, this.graceMs)
       if (slot === undefined) stored.nodes.set(batch.nodeId, { count: w.count, seq: batch.seq })
       else if (batch.seq > slot.seq) {
         slot.count = w.count
         slot.seq = batch.seq
+      } else {
+        // refused (not newer): answered in its place in the node's sequence, nothing written
+        const row = this.row(stored, batch.nodeId)
+        rows.push({ ...row, count: row.count - row.own + w.count, own: w.count })
+        continue
       }
-      stored.expiresAtMs = windowExpiresAtMs(w.windowStart, w.windowSize, this.graceMs)
       rows.push(this.row(stored, batch.nodeId))
     }
     for (const r of batch.refresh) {
-      const stored = this.windows.get(storeKey(batch.namespace, r.windowSize, r.windowStart, r.key))
+      const stored = this.windows.get(storeKey(batch.namespace, r.windowSizeMs, r.windowStartMs, r.key))
       rows.push(
-        stored ? this.row(stored, batch.nodeId) : { key: r.key, windowStart: r.windowStart, windowSize: r.windowSize, count: 0, own: 0 },
+        stored
+          ? this.row(stored, batch.nodeId)
+          : { key: r.key, windowStartMs: r.windowStartMs, windowSizeMs: r.windowSizeMs, count: 0, own: 0 },
       )
     }
     if (this.loseReplies > 0) {
@@ -149,41 +156,34 @@ export class MemoryStrategy implements Strategy {
     return rows
   }
 
-  async *getCounters(namespace: string, windowSizes: readonly number[], timeSec: number, nodeId = ''): AsyncIterable<CounterRow> {
+  async *getCounters(namespace: string, windowSizesMs: readonly number[], nowMs: number, nodeId = ''): AsyncIterable<CounterRow> {
     this.calls.getCounters++
     await this.gate()
-    const wanted = new Set<string>()
-    for (const size of windowSizes) {
-      const start = windowStartSec(timeSec * 1000, size)
-      wanted.add(`${size}\u0000${start}`).add(`${size}\u0000${start - size}`)
-    }
+    const wanted = new Set(currentAndPrevious(nowMs, windowSizesMs).map((w) => `${w.windowSizeMs}\u0000${w.windowStartMs}`))
     const rows: CounterRow[] = []
     for (const w of this.windows.values()) {
-      if (w.namespace === namespace && wanted.has(`${w.windowSize}\u0000${w.windowStart}`)) rows.push(this.row(w, nodeId))
+      if (w.namespace === namespace && wanted.has(`${w.windowSizeMs}\u0000${w.windowStartMs}`)) rows.push(this.row(w, nodeId))
     }
     yield* rows
   }
 
-  async getWindow(key: string, namespace: string, windowStart: number, windowSize: number, nodeId = ''): Promise<CounterRow> {
+  async getWindow(key: string, namespace: string, windowStartMs: number, windowSizeMs: number, nodeId = ''): Promise<CounterRow> {
     this.calls.getWindow++
     await this.gate()
-    const stored = this.windows.get(storeKey(namespace, windowSize, windowStart, key))
-    return stored ? this.row(stored, nodeId) : { key, windowStart, windowSize, count: 0, own: 0 }
+    const stored = this.windows.get(storeKey(namespace, windowSizeMs, windowStartMs, key))
+    return stored ? this.row(stored, nodeId) : { key, windowStartMs, windowSizeMs, count: 0, own: 0 }
   }
 
-  async resetKey(namespace: string, key: string, windowSizes: readonly number[], nowMs: number): Promise<void> {
+  async resetKey(namespace: string, key: string, windowSizesMs: readonly number[], nowMs: number): Promise<void> {
     this.calls.resetKey++
     await this.gate()
-    for (const size of windowSizes) {
-      const start = windowStartSec(nowMs, size)
-      for (const windowStart of [start, start - size]) {
-        const stored = this.windows.get(storeKey(namespace, size, windowStart, key))
-        if (stored !== undefined) stored.offset -= total(stored)
-      }
+    for (const w of currentAndPrevious(nowMs, windowSizesMs)) {
+      const stored = this.windows.get(storeKey(namespace, w.windowSizeMs, w.windowStartMs, key))
+      if (stored !== undefined) stored.offset -= total(stored)
     }
   }
 
-  async purge(namespace: string, _windowSizes: readonly number[], nowMs: number): Promise<void> {
+  async purge(namespace: string, _windowSizesMs: readonly number[], nowMs: number): Promise<void> {
     this.calls.purge++
     await this.gate()
     for (const [id, w] of this.windows) {
@@ -196,7 +196,13 @@ export class MemoryStrategy implements Strategy {
   }
 
   private row(w: StoredWindow, nodeId: string): CounterRow {
-    return { key: w.key, windowStart: w.windowStart, windowSize: w.windowSize, count: total(w), own: w.nodes.get(nodeId)?.count ?? 0 }
+    return {
+      key: w.key,
+      windowStartMs: w.windowStartMs,
+      windowSizeMs: w.windowSizeMs,
+      count: total(w),
+      own: w.nodes.get(nodeId)?.count ?? 0,
+    }
   }
 
   // Expired windows go in one pass at most once a second of store time: memory stays bounded

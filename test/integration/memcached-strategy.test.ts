@@ -5,10 +5,10 @@ import { createFakeClock } from '../../src/core/clock.js'
 import { ConfigError } from '../../src/core/errors.js'
 import { RateLimiting } from '../../src/core/rate-limiting.js'
 import type { WindowPush } from '../../src/core/strategy.js'
-import { windowStartSec } from '../../src/core/window.js'
+import { windowStartMs } from '../../src/core/window.js'
 import { MemcachedClient, MemcachedStrategy } from '../../src/strategies/memcached/index.js'
 import { exptime, KeySpace, MAX_RELATIVE_TTL_SEC, parseLog } from '../../src/strategies/memcached/keys.js'
-import { runStrategyContract } from '../contract/strategy-contract.js'
+import { runStrategyContract } from '../../src/testing/strategy-contract.js'
 import { requireSharedMemcached, startPrivateMemcached } from '../support/memcached-server.js'
 
 const server = await requireSharedMemcached()
@@ -19,8 +19,8 @@ runStrategyContract({
   make: () => new MemcachedStrategy({ servers: [server], prefix }),
 })
 
-function win(key: string, windowStart: number, count: number, windowSize = 60): WindowPush {
-  return { key, windowStart, windowSize, count, diff: count }
+function win(key: string, windowStartMs: number, count: number, windowSizeMs = 60_000): WindowPush {
+  return { key, windowStartMs, windowSizeMs, count, diff: count }
 }
 
 describe('MemcachedStrategy', () => {
@@ -74,9 +74,9 @@ describe('MemcachedStrategy', () => {
 
   it('keeps a window longer than 30 days alive on the server (sent as an absolute time)', async () => {
     const ns = `ttl-${randomUUID().slice(0, 8)}`
-    const size = 40 * 86_400 // 40-day windows live 40 to 80 days
+    const size = 40 * 86_400_000 // 40-day windows live 40 to 80 days
     const now = Date.now()
-    const start = windowStartSec(now, size)
+    const start = windowStartMs(now, size)
     await s.pushDiffs({
       namespace: ns,
       nodeId: 'n',
@@ -89,7 +89,7 @@ describe('MemcachedStrategy', () => {
     const [reply] = await client.exec([{ key: item, line: `mg ${item} t v` }])
     assert.equal(reply?.code, 'VA', 'the item did not expire at once')
     const ttl = Number(reply?.flags.find((f) => f.startsWith('t'))?.slice(1))
-    const expected = Math.ceil(((start + 2 * size) * 1000 + 10_000 - now) / 1000)
+    const expected = Math.ceil((start + 2 * size + 10_000 - now) / 1000)
     assert.ok(ttl > MAX_RELATIVE_TTL_SEC && Math.abs(ttl - expected) <= 2, `ttl ${ttl}, expected about ${expected}`)
     assert.equal((await s.getWindow('k', ns, start, size)).count, 3)
   })
@@ -97,7 +97,7 @@ describe('MemcachedStrategy', () => {
   it('creates a window under concurrent first writes from many connections without losing a hit', async () => {
     const ns = `race-${randomUUID().slice(0, 8)}`
     const now = Date.now()
-    const start = windowStartSec(now, 60)
+    const start = windowStartMs(now, 60_000)
     const clients = Array.from({ length: 8 }, () => new MemcachedClient({ servers: [server] }))
     const writers = clients.map((c) => new MemcachedStrategy({ client: c, prefix }))
     try {
@@ -115,7 +115,7 @@ describe('MemcachedStrategy', () => {
             }),
           ),
         )
-        assert.equal((await s.getWindow(key, ns, start, 60)).count, 36, `round ${round}`)
+        assert.equal((await s.getWindow(key, ns, start, 60_000)).count, 36, `round ${round}`)
       }
     } finally {
       for (const w of writers) await w.close()
@@ -126,7 +126,7 @@ describe('MemcachedStrategy', () => {
   it('compacts a long log with CAS and keeps its totals', async () => {
     const ns = `compact-${randomUUID().slice(0, 8)}`
     const now = Date.now()
-    const start = windowStartSec(now, 60)
+    const start = windowStartMs(now, 60_000)
     const newest = new Map<string, number>()
     for (let seq = 1; seq <= 60; seq++) {
       const nodeId = `n${seq % 3}`
@@ -147,11 +147,11 @@ describe('MemcachedStrategy', () => {
     }
     await s.close() // waits for background compactions
     s = new MemcachedStrategy({ client, prefix, compactAfter: 8 })
-    const item = s.keys.window(ns, 'k', 60, start)
+    const item = s.keys.window(ns, 'k', 60_000, start)
     const [reply] = await client.exec([{ key: item, line: `mg ${item} v` }])
     const log = parseLog(reply?.value?.toString() ?? '')
     assert.ok(log.entries < 60, `compacted: ${log.entries} entries for 60 pushes`)
-    assert.equal((await s.getWindow('k', ns, start, 60)).count, 58 + 59 + 60)
+    assert.equal((await s.getWindow('k', ns, start, 60_000)).count, 58 + 59 + 60)
   })
 
   it('refuses decimal counts, and the engine says so on the hit', async () => {
@@ -163,7 +163,7 @@ describe('MemcachedStrategy', () => {
         nodeId: 'n',
         seq: 1,
         nowMs: now,
-        windows: [win('k', windowStartSec(now, 60), 0.5)],
+        windows: [win('k', windowStartMs(now, 60_000), 0.5)],
         refresh: [],
       }),
       /not an integer.*supportsDecimals is false/,
@@ -199,7 +199,7 @@ describe('MemcachedStrategy', () => {
 
   it('warms a new process up from the index with fetch', async () => {
     const ns = `fetch-${randomUUID().slice(0, 8)}`
-    const clock = createFakeClock(windowStartSec(Date.now(), 60) * 1000 + 5_000)
+    const clock = createFakeClock(windowStartMs(Date.now(), 60_000) + 5_000)
     const a = RateLimiting.newInstance('mc-fetch-a')
     const b = RateLimiting.newInstance('mc-fetch-b')
     for (const rl of [a, b]) rl.new({ namespace: ns, windowSizes: [60], syncRate: 1, autoSync: false, clock: clock.now, strategy: s })
@@ -217,19 +217,19 @@ describe('MemcachedStrategy', () => {
     try {
       const ns = `multi-${randomUUID().slice(0, 8)}`
       const now = Date.now()
-      const start = windowStartSec(now, 60)
+      const start = windowStartMs(now, 60_000)
       const windows = Array.from({ length: 200 }, (_, i) => win(`k${i}`, start, i + 1))
-      const refresh = [{ key: 'absent', windowStart: start, windowSize: 60 }]
+      const refresh = [{ key: 'absent', windowStartMs: start, windowSizeMs: 60_000 }]
       const rows = await two.pushDiffs({ namespace: ns, nodeId: 'n', seq: 1, nowMs: now, windows, refresh })
       assert.deepEqual(
         rows.map((r) => [r.key, r.count, r.own]),
         [...windows.map((w) => [w.key, w.count, w.count]), ['absent', 0, 0]],
       )
-      const used = new Set(windows.map((w) => two.client.serverOf(two.keys.window(ns, w.key, 60, start))))
+      const used = new Set(windows.map((w) => two.client.serverOf(two.keys.window(ns, w.key, 60_000, start))))
       assert.equal(used.size, 2, 'both servers hold windows')
       assert.equal(two.client.stats.roundTrips, 2, 'one round trip per server')
       const read = []
-      for await (const row of two.getCounters(ns, [60], Math.floor(now / 1000), 'n')) read.push(row)
+      for await (const row of two.getCounters(ns, [60_000], now, 'n')) read.push(row)
       assert.equal(read.length, 200)
     } finally {
       await two.close()

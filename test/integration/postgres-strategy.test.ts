@@ -4,9 +4,9 @@ import { after, before, describe, it } from 'node:test'
 import { ConfigError, StoreError } from '../../src/core/errors.js'
 import { RateLimiting } from '../../src/core/rate-limiting.js'
 import type { CounterRow } from '../../src/core/strategy.js'
-import { windowStartSec } from '../../src/core/window.js'
+import { windowStartMs } from '../../src/core/window.js'
 import { createPostgresStrategy, PostgresStrategy } from '../../src/strategies/postgres/index.js'
-import { runStrategyContract } from '../contract/strategy-contract.js'
+import { runStrategyContract } from '../../src/testing/strategy-contract.js'
 import { createTestSchema, type TestSchema } from '../support/postgres-server.js'
 
 const db: TestSchema = await createTestSchema()
@@ -86,6 +86,38 @@ describe('PostgresStrategy', () => {
     }
   })
 
+  it('upgrades a table of version 0.1 (windows in seconds) in place, keeping its counts', async () => {
+    const table = 'counters_v01'
+    const qualified = `"${db.schema}"."${table}"`
+    // the 0.1 layout, with one stored window of 60 s
+    await db.pool.query(`CREATE TABLE ${qualified} (
+      namespace text COLLATE "C" NOT NULL, window_size integer NOT NULL, window_start bigint NOT NULL,
+      key text COLLATE "C" NOT NULL, node_id text COLLATE "C" NOT NULL, count numeric NOT NULL, seq bigint NOT NULL,
+      CONSTRAINT "${table}_pkey" PRIMARY KEY (namespace, window_size, window_start, key, node_id))`)
+    const now = Date.now()
+    const startMs = windowStartMs(now, 60_000)
+    await db.pool.query(`INSERT INTO ${qualified} VALUES ('old', 60, $1, 'k', 'n1', 7, 1)`, [startMs / 1000])
+    const upgraded = new PostgresStrategy({ pool: db.pool, schema: db.schema, table, purgeIntervalMs: 0 })
+    await upgraded.migrate()
+    await upgraded.migrate() // idempotent once upgraded
+    assert.deepEqual(await upgraded.getWindow('k', 'old', startMs, 60_000, 'n1'), {
+      key: 'k',
+      windowStartMs: startMs,
+      windowSizeMs: 60_000,
+      count: 7,
+      own: 7,
+    })
+    const { rows } = await db.pool.query(
+      `SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 AND column_name LIKE 'window%' ORDER BY 1`,
+      [db.schema, table],
+    )
+    assert.deepEqual(rows, [
+      { column_name: 'window_size_ms', data_type: 'bigint' },
+      { column_name: 'window_start_ms', data_type: 'bigint' },
+    ])
+    await upgraded.close()
+  })
+
   it('says to run migrate() when the table is missing', async () => {
     const missing = new PostgresStrategy({
       pool: db.pool,
@@ -93,7 +125,7 @@ describe('PostgresStrategy', () => {
       table: 'not_migrated',
     })
     await assert.rejects(
-      missing.getWindow('k', 'ns', 0, 60),
+      missing.getWindow('k', 'ns', 0, 60_000),
       (err: unknown) => err instanceof StoreError && /run migrate\(\) first/.test(err.message),
     )
   })
@@ -101,7 +133,7 @@ describe('PostgresStrategy', () => {
   it('binds hostile keys and namespaces as values: nothing is executed, everything round-trips', async () => {
     const ns = `'); DROP TABLE counters;--`
     const now = Date.now()
-    const start = windowStartSec(now, 60)
+    const start = windowStartMs(now, 60_000)
     const keys = [
       `'); DROP TABLE x;--`,
       `"; DELETE FROM "${db.schema}"."counters";--`,
@@ -118,17 +150,17 @@ describe('PostgresStrategy', () => {
       nowMs: now,
       windows: keys.map((key, i) => ({
         key,
-        windowStart: start,
-        windowSize: 60,
+        windowStartMs: start,
+        windowSizeMs: 60_000,
         count: i + 1,
         diff: i + 1,
       })),
       refresh: [],
     })
     assert.deepEqual(rows.map((r) => [r.key, r.count, r.own]).sort(), keys.map((k, i) => [k, i + 1, i + 1]).sort())
-    const read = await collect(s.getCounters(ns, [60], Math.floor(now / 1000), `n'1`))
+    const read = await collect(s.getCounters(ns, [60_000], now, `n'1`))
     assert.deepEqual(read.map((r) => r.key).sort(), [...keys].sort())
-    for (const key of keys) assert.equal((await s.getWindow(key, ns, start, 60, `n'1`)).own, keys.indexOf(key) + 1)
+    for (const key of keys) assert.equal((await s.getWindow(key, ns, start, 60_000, `n'1`)).own, keys.indexOf(key) + 1)
     const { rows: tables } = await db.pool.query(`SELECT count(*)::int AS n FROM information_schema.tables WHERE table_schema = $1`, [
       db.schema,
     ])
@@ -138,14 +170,14 @@ describe('PostgresStrategy', () => {
   it('holds 64-bit counts and sums beyond them exactly, and decimals exactly', async () => {
     const ns = `big-${randomUUID().slice(0, 8)}`
     const now = Date.now()
-    const start = windowStartSec(now, 60)
+    const start = windowStartMs(now, 60_000)
     const big = 2 ** 52
     await s.pushDiffs({
       namespace: ns,
       nodeId: 'a',
       seq: 1,
       nowMs: now,
-      windows: [{ key: 'k', windowStart: start, windowSize: 60, count: big, diff: big }],
+      windows: [{ key: 'k', windowStartMs: start, windowSizeMs: 60_000, count: big, diff: big }],
       refresh: [],
     })
     await s.pushDiffs({
@@ -153,7 +185,7 @@ describe('PostgresStrategy', () => {
       nodeId: 'b',
       seq: 1,
       nowMs: now,
-      windows: [{ key: 'k', windowStart: start, windowSize: 60, count: 0.1, diff: 0.1 }],
+      windows: [{ key: 'k', windowStartMs: start, windowSizeMs: 60_000, count: 0.1, diff: 0.1 }],
       refresh: [],
     })
     await s.pushDiffs({
@@ -161,25 +193,25 @@ describe('PostgresStrategy', () => {
       nodeId: 'c',
       seq: 1,
       nowMs: now,
-      windows: [{ key: 'k', windowStart: start, windowSize: 60, count: 0.2, diff: 0.2 }],
+      windows: [{ key: 'k', windowStartMs: start, windowSizeMs: 60_000, count: 0.2, diff: 0.2 }],
       refresh: [],
     })
     const { rows } = await db.pool.query(`SELECT sum(count)::text AS total FROM "${db.schema}"."counters" WHERE namespace = $1`, [ns])
     assert.equal(rows[0].total, '4503599627370496.3', 'numeric sums decimals exactly')
-    const w = await s.getWindow('k', ns, start, 60, 'a')
+    const w = await s.getWindow('k', ns, start, 60_000, 'a')
     assert.equal(w.own, big)
-    const d = await s.getWindow('k', `${ns}-d`, start, 60)
+    const d = await s.getWindow('k', `${ns}-d`, start, 60_000)
     assert.equal(d.count, 0)
   })
 
   it('pages getCounters with a cursor and yields every key once', async () => {
     const ns = `page-${randomUUID().slice(0, 8)}`
     const now = Date.now()
-    const start = windowStartSec(now, 60)
+    const start = windowStartMs(now, 60_000)
     const windows = Array.from({ length: 50 }, (_, i) => ({
       key: `k${String(i).padStart(2, '0')}`,
-      windowStart: start,
-      windowSize: 60,
+      windowStartMs: start,
+      windowSizeMs: 60_000,
       count: 1,
       diff: 1,
     }))
@@ -200,7 +232,7 @@ describe('PostgresStrategy', () => {
       refresh: [],
     })
     const before = s.calls.page
-    const rows = await collect(s.getCounters(ns, [60], Math.floor(now / 1000), 'b'))
+    const rows = await collect(s.getCounters(ns, [60_000], now, 'b'))
     assert.equal(rows.length, 50)
     assert.equal(new Set(rows.map((r) => r.key)).size, 50)
     assert.equal(rows.filter((r) => r.count === 2 && r.own === 1).length, 10)
@@ -218,12 +250,12 @@ describe('PostgresStrategy', () => {
       purgeIntervalMs: 0,
     })
     const now = Date.now()
-    const start = windowStartSec(now, 60)
-    const old = start - 10 * 60
+    const start = windowStartMs(now, 60_000)
+    const old = start - 10 * 60_000
     const windows = Array.from({ length: 100 }, (_, i) => ({
       key: `k${i}`,
-      windowStart: old,
-      windowSize: 60,
+      windowStartMs: old,
+      windowSizeMs: 60_000,
       count: 1,
       diff: 1,
     }))
@@ -240,13 +272,13 @@ describe('PostgresStrategy', () => {
       nodeId: 'a',
       seq: 2,
       nowMs: now,
-      windows: [{ key: 'live', windowStart: start, windowSize: 60, count: 1, diff: 1 }],
+      windows: [{ key: 'live', windowStartMs: start, windowSizeMs: 60_000, count: 1, diff: 1 }],
       refresh: [],
     })
-    const report = await small.purgeNow(ns, [60], now)
+    const report = await small.purgeNow(ns, [60_000], now)
     assert.deepEqual(report, { locked: true, deleted: 100, batches: 3 })
-    assert.equal((await small.getWindow('live', ns, start, 60)).count, 1)
-    assert.equal((await small.getWindow('k1', ns, old, 60)).count, 0)
+    assert.equal((await small.getWindow('live', ns, start, 60_000)).count, 1)
+    assert.equal((await small.getWindow('k1', ns, old, 60_000)).count, 0)
     await small.close()
   })
 
@@ -267,11 +299,11 @@ describe('PostgresStrategy', () => {
       purgeIntervalMs: 0,
     })
     const now = Date.now()
-    const old = windowStartSec(now, 60) - 10 * 60
+    const old = windowStartMs(now, 60_000) - 10 * 60_000
     const windows = Array.from({ length: 2000 }, (_, i) => ({
       key: `k${i}`,
-      windowStart: old,
-      windowSize: 60,
+      windowStartMs: old,
+      windowSizeMs: 60_000,
       count: 1,
       diff: 1,
     }))
@@ -288,7 +320,7 @@ describe('PostgresStrategy', () => {
     const holder = await db.pool.connect()
     const lockKey = `ratelimiting:purge:"${db.schema}"."counters":${ns}`
     await holder.query('SELECT pg_advisory_lock(hashtextextended($1, 0))', [lockKey])
-    assert.deepEqual(await a.purgeNow(ns, [60], now), {
+    assert.deepEqual(await a.purgeNow(ns, [60_000], now), {
       locked: false,
       deleted: 0,
       batches: 0,
@@ -296,7 +328,7 @@ describe('PostgresStrategy', () => {
     await holder.query('SELECT pg_advisory_unlock(hashtextextended($1, 0))', [lockKey])
     holder.release()
 
-    const [ra, rb] = await Promise.all([a.purgeNow(ns, [60], now), b.purgeNow(ns, [60], now)])
+    const [ra, rb] = await Promise.all([a.purgeNow(ns, [60_000], now), b.purgeNow(ns, [60_000], now)])
     const ran = [ra, rb].filter((r) => r.locked)
     assert.equal(ran.length, 1, `exactly one purger ran: ${JSON.stringify([ra, rb])}`)
     assert.equal(ran[0]?.deleted, 2000)
@@ -318,23 +350,23 @@ describe('PostgresStrategy', () => {
       onError: (e) => errors.push(e),
     })
     const t0 = Date.now()
-    const old = windowStartSec(t0, 60) - 10 * 60
+    const old = windowStartMs(t0, 60_000) - 10 * 60_000
     await auto.pushDiffs({
       namespace: ns,
       nodeId: 'a',
       seq: 1,
       nowMs: t0,
-      windows: [{ key: 'old', windowStart: old, windowSize: 60, count: 1, diff: 1 }],
+      windows: [{ key: 'old', windowStartMs: old, windowSizeMs: 60_000, count: 1, diff: 1 }],
       refresh: [],
     })
     assert.equal(auto.calls.purge, 0, 'not due yet')
-    const start = windowStartSec(t0 + 1000, 60)
+    const start = windowStartMs(t0 + 1000, 60_000)
     await auto.pushDiffs({
       namespace: ns,
       nodeId: 'a',
       seq: 2,
       nowMs: t0 + 1000,
-      windows: [{ key: 'new', windowStart: start, windowSize: 60, count: 1, diff: 1 }],
+      windows: [{ key: 'new', windowStartMs: start, windowSizeMs: 60_000, count: 1, diff: 1 }],
       refresh: [],
     })
     await auto.close() // waits for the background purge
@@ -345,9 +377,24 @@ describe('PostgresStrategy', () => {
       schema: db.schema,
       table: 'counters',
     })
-    assert.equal((await check.getWindow('old', ns, old, 60)).count, 0)
-    assert.equal((await check.getWindow('new', ns, start, 60)).count, 1)
+    assert.equal((await check.getWindow('old', ns, old, 60_000)).count, 0)
+    assert.equal((await check.getWindow('new', ns, start, 60_000)).count, 1)
     await check.close()
+  })
+
+  it('admits exactly the limit of concurrent synchronous hits from one process (a refused older push answers its own count)', async () => {
+    // Concurrent pushes of one node commit in any order: a push refused because a newer one of
+    // the same node committed after its snapshot must still count its own hits, or it answers
+    // a rate of 0 and the hit is admitted past the limit.
+    const ns = `conc-${randomUUID().slice(0, 8)}`
+    const rl = RateLimiting.newInstance('pg-concurrent')
+    rl.new({ namespace: ns, windowSizes: [60], syncRate: 0, strategy: s })
+    const limiter = rl.limiter({ namespace: ns, limits: [{ limit: 2, window: 60 }] })
+    for (let round = 0; round < 20; round++) {
+      const decisions = await Promise.all(Array.from({ length: 5 }, () => limiter.hit(`k${round}`)))
+      assert.equal(decisions.filter((d) => d.allowed).length, 2, `round ${round}: ${decisions.map((d) => d.rate).join(' ')}`)
+    }
+    await rl.close()
   })
 
   it('costs one statement per synchronous hit', async () => {
@@ -367,9 +414,9 @@ describe('PostgresStrategy', () => {
       schema: db.schema,
       migrate: true,
     })
-    assert.equal((await own.getWindow('x', 'none', 0, 60)).count, 0)
+    assert.equal((await own.getWindow('x', 'none', 0, 60_000)).count, 0)
     await own.close()
-    await assert.rejects(own.getWindow('x', 'none', 0, 60), /closed/)
+    await assert.rejects(own.getWindow('x', 'none', 0, 60_000), /closed/)
     // the shared pool given to other strategies still works
     assert.equal((await db.pool.query('SELECT 1 AS one')).rows[0].one, 1)
   })

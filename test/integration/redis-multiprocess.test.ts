@@ -15,7 +15,7 @@ import path from 'node:path'
 import { after, describe, it } from 'node:test'
 import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
-import { windowStartSec } from '../../src/core/window.js'
+import { windowStartMs } from '../../src/core/window.js'
 import { RedisStrategy } from '../../src/strategies/redis/index.js'
 import { sharedRedisUrl } from '../support/redis-server.js'
 import type { WorkerCommand, WorkerReply } from '../support/redis-worker.js'
@@ -132,11 +132,12 @@ describe('redis: several processes share one limit', () => {
       assert.equal(report.storeErrors, 0)
     }
     const observer = new RedisStrategy({ url, prefix })
-    const start = windowStartSec(Date.now(), WINDOW)
+    const windowMs = WINDOW * 1000
+    const start = windowStartMs(Date.now(), windowMs)
     for (const [key, total] of totals) {
       const stored =
-        (await observer.getWindow(key, namespace, start, WINDOW)).count +
-        (await observer.getWindow(key, namespace, start - WINDOW, WINDOW)).count
+        (await observer.getWindow(key, namespace, start, windowMs)).count +
+        (await observer.getWindow(key, namespace, start - windowMs, windowMs)).count
       assert.equal(stored, total, `the store holds the exact total of ${key}`)
     }
     await observer.close()

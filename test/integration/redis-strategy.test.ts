@@ -11,10 +11,10 @@ import { Cluster, Redis } from 'ioredis'
 import { ConfigError } from '../../src/core/errors.js'
 import { RateLimiting } from '../../src/core/rate-limiting.js'
 import { windowExpiresAtMs } from '../../src/core/strategy.js'
-import { windowStartSec } from '../../src/core/window.js'
+import { windowStartMs } from '../../src/core/window.js'
 import { RedisStrategy } from '../../src/strategies/redis/index.js'
 import { keySlot } from '../../src/strategies/redis/key-slot.js'
-import { runStrategyContract } from '../contract/strategy-contract.js'
+import { runStrategyContract } from '../../src/testing/strategy-contract.js'
 import { type RedisServerHandle, sharedClusterPorts, sharedRedisUrl, startRedisServer } from '../support/redis-server.js'
 
 // Every key this file writes on the shared servers starts with this prefix, deleted at the end.
@@ -69,7 +69,7 @@ const batch = (
   namespace: string,
   nodeId: string,
   seq: number,
-  windows: Array<{ key: string; windowStart: number; windowSize: number; count: number }>,
+  windows: Array<{ key: string; windowStartMs: number; windowSizeMs: number; count: number }>,
 ) => ({
   namespace,
   nodeId,
@@ -93,12 +93,12 @@ describe('redis strategy: data model on a cluster', () => {
   })
 
   it("keeps a key's windows in one slot and spreads a namespace's keys over every master", async () => {
-    const start = windowStartSec(nowMs(), 60)
+    const start = windowStartMs(nowMs(), 60_000)
     const keys = Array.from({ length: 60 }, (_, i) => `user-${i}`)
     const windows = keys.flatMap((key) => [
-      { key, windowStart: start, windowSize: 60, count: 1 },
-      { key, windowStart: start - 60, windowSize: 60, count: 2 },
-      { key, windowStart: windowStartSec(nowMs(), 3600), windowSize: 3600, count: 3 },
+      { key, windowStartMs: start, windowSizeMs: 60_000, count: 1 },
+      { key, windowStartMs: start - 60_000, windowSizeMs: 60_000, count: 2 },
+      { key, windowStartMs: windowStartMs(nowMs(), 3_600_000), windowSizeMs: 3_600_000, count: 3 },
     ])
     const rows = await strategy.pushDiffs(batch('spread', 'n1', 1, windows))
     assert.equal(rows.length, windows.length)
@@ -114,7 +114,9 @@ describe('redis strategy: data model on a cluster', () => {
       perMaster.push(names.length)
       for (const name of names) {
         const key = /\{spread:(.*)\}/.exec(name)?.[1] as string
-        const slots = new Set([`${start}`, `${start - 60}`].map((s) => keySlot(`${prefix}:{spread:${key}}:60:${s}`)).concat(keySlot(name)))
+        const slots = new Set(
+          [`${start}`, `${start - 60_000}`].map((s) => keySlot(`${prefix}:{spread:${key}}:60000:${s}`)).concat(keySlot(name)),
+        )
         assert.equal(slots.size, 1, `every window of ${key} is in one slot`)
         assert.equal(Number(await node.call('CLUSTER', 'KEYSLOT', name)), keySlot(name), 'our slot is the server slot')
       }
@@ -128,40 +130,40 @@ describe('redis strategy: data model on a cluster', () => {
   })
 
   it("getCounters reads every master's keys", async () => {
-    const start = windowStartSec(nowMs(), 60)
+    const start = windowStartMs(nowMs(), 60_000)
     const keys = Array.from({ length: 200 }, (_, i) => `k${i}`)
     await strategy.pushDiffs(
       batch(
         'scan',
         'n1',
         1,
-        keys.map((key, i) => ({ key, windowStart: start, windowSize: 60, count: i + 1 })),
+        keys.map((key, i) => ({ key, windowStartMs: start, windowSizeMs: 60_000, count: i + 1 })),
       ),
     )
     const seen = new Map<string, number>()
-    for await (const row of strategy.getCounters('scan', [60], Math.floor(nowMs() / 1000), 'n1')) seen.set(row.key, row.count)
+    for await (const row of strategy.getCounters('scan', [60_000], nowMs(), 'n1')) seen.set(row.key, row.count)
     assert.equal(seen.size, 200)
     assert.equal(seen.get('k199'), 200)
   })
 
   it('escapes the namespace in SCAN patterns and keeps look-alike namespaces apart', async () => {
-    const start = windowStartSec(nowMs(), 60)
-    await strategy.pushDiffs(batch('a*', 'n1', 1, [{ key: 'x', windowStart: start, windowSize: 60, count: 1 }]))
-    await strategy.pushDiffs(batch('ab', 'n1', 1, [{ key: 'y', windowStart: start, windowSize: 60, count: 2 }]))
-    await strategy.pushDiffs(batch('a', 'n1', 1, [{ key: 'b:c', windowStart: start, windowSize: 60, count: 3 }]))
-    await strategy.pushDiffs(batch('a:b', 'n1', 1, [{ key: 'c', windowStart: start, windowSize: 60, count: 4 }]))
+    const start = windowStartMs(nowMs(), 60_000)
+    await strategy.pushDiffs(batch('a*', 'n1', 1, [{ key: 'x', windowStartMs: start, windowSizeMs: 60_000, count: 1 }]))
+    await strategy.pushDiffs(batch('ab', 'n1', 1, [{ key: 'y', windowStartMs: start, windowSizeMs: 60_000, count: 2 }]))
+    await strategy.pushDiffs(batch('a', 'n1', 1, [{ key: 'b:c', windowStartMs: start, windowSizeMs: 60_000, count: 3 }]))
+    await strategy.pushDiffs(batch('a:b', 'n1', 1, [{ key: 'c', windowStartMs: start, windowSizeMs: 60_000, count: 4 }]))
     const read = async (ns: string) => {
       const out: string[] = []
-      for await (const row of strategy.getCounters(ns, [60], Math.floor(nowMs() / 1000))) out.push(`${row.key}=${row.count}`)
+      for await (const row of strategy.getCounters(ns, [60_000], nowMs())) out.push(`${row.key}=${row.count}`)
       return out.sort()
     }
     assert.deepEqual(await read('a*'), ['x=1'])
     assert.deepEqual(await read('a'), ['b:c=3'])
     assert.deepEqual(await read('a:b'), ['c=4'])
     // braces in a namespace or key are escaped: the hash tag stays exactly <namespace>:<key>
-    await strategy.pushDiffs(batch('{b}', 'n1', 1, [{ key: '}{%7D', windowStart: start, windowSize: 60, count: 5 }]))
+    await strategy.pushDiffs(batch('{b}', 'n1', 1, [{ key: '}{%7D', windowStartMs: start, windowSizeMs: 60_000, count: 5 }]))
     assert.deepEqual(await read('{b}'), ['}{%7D=5'])
-    assert.equal((await strategy.getWindow('}{%7D', '{b}', start, 60)).count, 5)
+    assert.equal((await strategy.getWindow('}{%7D', '{b}', start, 60_000)).count, 5)
   })
 })
 
@@ -180,24 +182,24 @@ describe('redis strategy: on a server of its own', () => {
   })
 
   it('sets an absolute expiry covering the previous window plus grace on every write', async () => {
-    const start = windowStartSec(nowMs(), 60)
-    await strategy.pushDiffs(batch('exp', 'n1', 1, [{ key: 'k', windowStart: start, windowSize: 60, count: 1 }]))
-    const name = `rl:{exp:k}:60:${start}`
-    assert.equal(Number(await client.call('PEXPIRETIME', name)), windowExpiresAtMs(start, 60, 5000))
-    await strategy.pushDiffs(batch('exp', 'n2', 1, [{ key: 'k', windowStart: start, windowSize: 60, count: 1 }]))
-    assert.equal(Number(await client.call('PEXPIRETIME', name)), windowExpiresAtMs(start, 60, 5000), 'the same absolute time again')
+    const start = windowStartMs(nowMs(), 60_000)
+    await strategy.pushDiffs(batch('exp', 'n1', 1, [{ key: 'k', windowStartMs: start, windowSizeMs: 60_000, count: 1 }]))
+    const name = `rl:{exp:k}:60000:${start}`
+    assert.equal(Number(await client.call('PEXPIRETIME', name)), windowExpiresAtMs(start, 60_000, 5000))
+    await strategy.pushDiffs(batch('exp', 'n2', 1, [{ key: 'k', windowStartMs: start, windowSizeMs: 60_000, count: 1 }]))
+    assert.equal(Number(await client.call('PEXPIRETIME', name)), windowExpiresAtMs(start, 60_000, 5000), 'the same absolute time again')
     assert.deepEqual(await client.hgetall(name), { 'c:n1': '1', 's:n1': '1', 'c:n2': '1', 's:n2': '1', t: '2' })
   })
 
   it('runs its scripts again after the server forgot them (SCRIPT FLUSH)', async () => {
-    const start = windowStartSec(nowMs(), 60)
-    await strategy.pushDiffs(batch('flush', 'n1', 1, [{ key: 'k', windowStart: start, windowSize: 60, count: 2 }]))
+    const start = windowStartMs(nowMs(), 60_000)
+    await strategy.pushDiffs(batch('flush', 'n1', 1, [{ key: 'k', windowStartMs: start, windowSizeMs: 60_000, count: 2 }]))
     await client.script('FLUSH')
-    const rows = await strategy.pushDiffs(batch('flush', 'n1', 2, [{ key: 'k', windowStart: start, windowSize: 60, count: 5 }]))
+    const rows = await strategy.pushDiffs(batch('flush', 'n1', 2, [{ key: 'k', windowStartMs: start, windowSizeMs: 60_000, count: 5 }]))
     assert.equal(rows[0]?.count, 5)
     await client.script('FLUSH')
-    await strategy.resetKey('flush', 'k', [60], nowMs())
-    assert.equal((await strategy.getWindow('k', 'flush', start, 60)).count, 0)
+    await strategy.resetKey('flush', 'k', [60_000], nowMs())
+    assert.equal((await strategy.getWindow('k', 'flush', start, 60_000)).count, 0)
     const loaded = (await client.script('EXISTS', '0000000000000000000000000000000000000000')) as number[]
     assert.deepEqual(loaded, [0])
   })
@@ -222,13 +224,13 @@ describe('redis strategy: on a server of its own', () => {
   })
 
   it('holds decimal counts and sums them like the memory store', async () => {
-    const start = windowStartSec(nowMs(), 60)
-    await strategy.pushDiffs(batch('dec', 'n1', 1, [{ key: 'k', windowStart: start, windowSize: 60, count: 0.1 }]))
-    const rows = await strategy.pushDiffs(batch('dec', 'n2', 1, [{ key: 'k', windowStart: start, windowSize: 60, count: 0.2 }]))
+    const start = windowStartMs(nowMs(), 60_000)
+    await strategy.pushDiffs(batch('dec', 'n1', 1, [{ key: 'k', windowStartMs: start, windowSizeMs: 60_000, count: 0.1 }]))
+    const rows = await strategy.pushDiffs(batch('dec', 'n2', 1, [{ key: 'k', windowStartMs: start, windowSizeMs: 60_000, count: 0.2 }]))
     assert.equal(rows[0]?.count, 0.1 + 0.2)
     assert.equal(rows[0]?.own, 0.2)
-    await strategy.resetKey('dec', 'k', [60], nowMs())
-    assert.equal((await strategy.getWindow('k', 'dec', start, 60)).count, 0)
+    await strategy.resetKey('dec', 'k', [60_000], nowMs())
+    assert.equal((await strategy.getWindow('k', 'dec', start, 60_000)).count, 0)
   })
 
   it('costs one script call per hit in synchronous mode', async () => {
@@ -258,9 +260,9 @@ describe('redis strategy: on a server of its own', () => {
   })
 
   it('sends a sync as one script call per hash slot, or per 512 key-windows with batchAcrossSlots', async () => {
-    const start = windowStartSec(nowMs(), 60)
-    const windows = Array.from({ length: 1000 }, (_, i) => ({ key: `k${i}`, windowStart: start, windowSize: 60, count: 1 }))
-    const slots = new Set(windows.map((w) => keySlot(`rl:{calls:${w.key}}:60:${start}`)))
+    const start = windowStartMs(nowMs(), 60_000)
+    const windows = Array.from({ length: 1000 }, (_, i) => ({ key: `k${i}`, windowStartMs: start, windowSizeMs: 60_000, count: 1 }))
+    const slots = new Set(windows.map((w) => keySlot(`rl:{calls:${w.key}}:60000:${start}`)))
     const scriptCalls = async (s: RedisStrategy, namespace: string) => {
       await client.config('RESETSTAT')
       const rows = await s.pushDiffs(batch(namespace, 'n1', 1, windows))
@@ -276,12 +278,12 @@ describe('redis strategy: on a server of its own', () => {
 
   it('creates and closes its own client from a url, and never closes a client it was given', async () => {
     const owned = new RedisStrategy({ url: server.url })
-    const start = windowStartSec(nowMs(), 60)
-    await owned.pushDiffs(batch('own', 'n1', 1, [{ key: 'k', windowStart: start, windowSize: 60, count: 1 }]))
+    const start = windowStartMs(nowMs(), 60_000)
+    await owned.pushDiffs(batch('own', 'n1', 1, [{ key: 'k', windowStartMs: start, windowSizeMs: 60_000, count: 1 }]))
     await owned.close()
-    await assert.rejects(owned.getWindow('k', 'own', start, 60))
+    await assert.rejects(owned.getWindow('k', 'own', start, 60_000))
     await strategy.close()
-    assert.equal((await strategy.getWindow('k', 'own', start, 60)).count, 1, 'the given client still works')
+    assert.equal((await strategy.getWindow('k', 'own', start, 60_000)).count, 1, 'the given client still works')
   })
 
   it('refuses bad options with errors that name them', () => {

@@ -7,7 +7,7 @@ import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import net from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { freePort } from './tcp-proxy.js'
+import { freePort } from '../../src/testing/tcp-proxy.js'
 
 /** The shared server (override with RL_TEST_MEMCACHED). */
 export const SHARED_MEMCACHED = process.env.RL_TEST_MEMCACHED ?? '127.0.0.1:11211'

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { promisify } from 'node:util'
 import pg from 'pg'
-import { freePort } from './tcp-proxy.js'
+import { freePort } from '../../src/testing/tcp-proxy.js'
 
 const run = promisify(execFile)
 

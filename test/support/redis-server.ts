@@ -11,7 +11,7 @@ import net from 'node:net'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
-import { freePort } from './tcp-proxy.js'
+import { freePort } from '../../src/testing/tcp-proxy.js'
 
 const run = promisify(execFile)
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')

@@ -1,7 +1,8 @@
 /**
  * The simple API against a central store, as a suite any store can run:
  * `runSimpleStoreSuite({ name: 'memory', makeStore: () => new MemoryStrategy() })` here, and the
- * same call with a memcached or Redis strategy in an integration test against a real server.
+ * same call with a memcached (simple-memcached.test.ts) or Redis (simple-redis.test.ts) strategy
+ * in an integration test against a real server.
  */
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'

@@ -1,5 +1,6 @@
 import net from 'node:net'
 import { ConfigError, StoreError } from '../../core/errors.js'
+import { type Deadline, deadline } from '../../core/timeout.js'
 
 /** One meta command: the line without its CRLF and, for `ms`, the data block. */
 export interface MetaCommand {
@@ -41,7 +42,7 @@ interface Batch {
   readonly expected: number
   readonly resolve: (replies: MetaReply[]) => void
   readonly reject: (err: Error) => void
-  readonly timer: NodeJS.Timeout
+  readonly deadline: Deadline
 }
 
 function fnv1a(text: string): number {
@@ -75,12 +76,9 @@ class Connection {
     let text = ''
     for (const c of commands) text += c.data === undefined ? `${c.line}\r\n` : `${c.line}\r\n${c.data}\r\n`
     return new Promise<MetaReply[]>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        const message = `${this.host}:${this.port}: no reply within ${timeoutMs} ms (the writes may have landed)`
-        this.fail(socket, new StoreError('STORE_TIMEOUT', STRATEGY, message))
-      }, timeoutMs)
-      timer.unref()
-      this.batches.push({ replies: [], expected: commands.length, resolve, reject, timer })
+      const what = `${this.host}:${this.port}: reply`
+      const bound = deadline(timeoutMs, STRATEGY, what, (err) => this.fail(socket, err), 'the writes may have landed')
+      this.batches.push({ replies: [], expected: commands.length, resolve, reject, deadline: bound })
       // Sends of one event-loop turn leave in one write: at 256 hits in flight the socket write
       // (a syscall each) was a third of the CPU; see bench/memcached.bench.ts.
       this.outgoing += text
@@ -128,7 +126,7 @@ class Connection {
     this.batches = []
     this.head = 0
     for (const batch of waiting) {
-      clearTimeout(batch.timer)
+      batch.deadline.settle()
       batch.reject(err)
     }
   }
@@ -164,7 +162,7 @@ class Connection {
           this.batches = []
           this.head = 0
         }
-        clearTimeout(batch.timer)
+        batch.deadline.settle()
         batch.resolve(batch.replies)
       }
     }

@@ -6,24 +6,43 @@ import { createHash } from 'node:crypto'
 
 /** memcached reads an exptime above this (30 days, in seconds) as an absolute epoch time. */
 export const MAX_RELATIVE_TTL_SEC = 2_592_000
+/** The largest exptime memcached holds: a signed 32-bit epoch second (January 2038). */
+export const MAX_EXPTIME_SEC = 2 ** 31 - 1
 /** protocol.txt: "a TTL of 1 will sometimes immediately expire". */
 export const MIN_TTL_SEC = 2
 /** memcached's longest key, in bytes. */
 export const MAX_KEY_BYTES = 250
 
+// UTF-16 code units, not UTF-8: injective for every JS string, lone surrogates included (UTF-8
+// would write each as U+FFFD, and keys that differ only there would share an item).
 function hash(text: string, chars: number): string {
-  return createHash('sha256').update(text, 'utf8').digest('base64url').slice(0, chars)
+  return createHash('sha256').update(Buffer.from(text, 'utf16le')).digest('base64url').slice(0, chars)
+}
+
+/** A key as the index of a window lists it: base64url of its UTF-16 code units (exact for any string). */
+export function indexEntry(key: string): string {
+  return `k${Buffer.from(key, 'utf16le').toString('base64url')} `
+}
+
+/** Reverses {@link indexEntry} for one listed key (without the `k` and the space). */
+export function indexedKey(encoded: string): string {
+  return Buffer.from(encoded, 'base64url').toString('utf16le')
 }
 
 /**
  * The exptime to send for an item that must live until `expiresAtMs` (engine time), at engine
  * time `nowMs`: a relative number of seconds (at least 2) up to 30 days, and beyond that the
  * absolute epoch second on the server's clock (`realNowMs`), since memcached would read a larger
- * relative value as an absolute time in 1970 and expire the item at once.
+ * relative value as an absolute time in 1970 and expire the item at once; 0 (no expiry) past
+ * 2038, the last second it holds.
  */
 export function exptime(expiresAtMs: number, nowMs: number, realNowMs: number = Date.now()): number {
   const ttlSec = Math.max(MIN_TTL_SEC, Math.ceil((expiresAtMs - nowMs) / 1000))
-  return ttlSec <= MAX_RELATIVE_TTL_SEC ? ttlSec : Math.floor(realNowMs / 1000) + ttlSec
+  if (ttlSec <= MAX_RELATIVE_TTL_SEC) return ttlSec
+  // memcached reads exptime as a 32-bit second: a window that ends after 2038 never expires
+  // (0) and leaves memory by memcached's LRU instead
+  const absolute = Math.floor(realNowMs / 1000) + ttlSec
+  return absolute <= MAX_EXPTIME_SEC ? absolute : 0
 }
 
 /** Builds key names under one prefix. Every name is printable ASCII without spaces, at most 250 bytes. */
@@ -42,7 +61,7 @@ export class KeySpace {
    * (22 base64url characters of SHA-256, 132 bits) makes any key, of any length and any
    * characters, fit; size and start stay readable for debugging.
    */
-  window(namespace: string, key: string, windowSize: number, windowStart: number): string {
+  window(namespace: string, key: string, windowSizeMs: number, windowStartMs: number): string {
     const id = `${namespace}\u0000${key}`
     let h = this.hashes.get(id)
     if (h === undefined) {
@@ -50,12 +69,12 @@ export class KeySpace {
       h = hash(id, 22)
       this.hashes.set(id, h)
     }
-    return `${this.prefix}w:${h}:${windowSize}:${windowStart}`
+    return `${this.prefix}w:${h}:${windowSizeMs}:${windowStartMs}`
   }
 
   /** One shard of the index of a namespace's window: the keys it holds, for `getCounters`. */
-  index(namespace: string, windowSize: number, windowStart: number, shard: number): string {
-    return `${this.prefix}i:${hash(namespace, 22)}:${windowSize}:${windowStart}:${shard}`
+  index(namespace: string, windowSizeMs: number, windowStartMs: number, shard: number): string {
+    return `${this.prefix}i:${hash(namespace, 22)}:${windowSizeMs}:${windowStartMs}:${shard}`
   }
 }
 

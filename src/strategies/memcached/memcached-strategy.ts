@@ -1,8 +1,16 @@
 import { ConfigError, StoreError } from '../../core/errors.js'
-import { type CounterRow, type DiffBatch, type Strategy, type WindowRef, windowExpiresAtMs } from '../../core/strategy.js'
-import { windowStartSec } from '../../core/window.js'
+import {
+  type CounterRow,
+  currentAndPrevious,
+  type DiffBatch,
+  type Strategy,
+  type WindowRef,
+  windowExpiresAtMs,
+} from '../../core/strategy.js'
+import { BUILT_IN_STORES } from '../capabilities.js'
 import { MemcachedClient, type MetaCommand, type MetaReply } from './client.js'
-import { compactLog, exptime, KeySpace, logEntry, logTotal, nodeTag, type ParsedLog, parseLog } from './keys.js'
+import { describe, KeyIndex } from './key-index.js'
+import { compactLog, exptime, indexEntry, KeySpace, logEntry, logTotal, nodeTag, type ParsedLog, parseLog } from './keys.js'
 
 /** Options of {@link MemcachedStrategy}. Give `servers` or `client`. */
 export interface MemcachedStrategyOptions {
@@ -26,7 +34,7 @@ export interface MemcachedStrategyOptions {
 
 // Item writes: `add` then `append` of the same entry, pipelined. Whatever the item's state, at
 // least one of the two stores the entry (both do on a miss: a duplicate entry is harmless).
-// Only when the item vanishes between them (expiry, eviction, a purge) do both fail: retried.
+// Only when the item vanishes between them (expiry, eviction) do both fail: retried.
 const MAX_WRITE_ATTEMPTS = 3
 const MAX_RESET_ATTEMPTS = 10
 const READ_PAGE = 512
@@ -58,25 +66,21 @@ function isWritten(reply: MetaReply | undefined): boolean {
  *
  * @example
  * const store = new MemcachedStrategy({ servers: ['127.0.0.1:11211'] })
- * rl.new({ namespace: 'api', windowSizes: [60], syncRate: 0.1, strategy: store })
+ * rl.new({ namespace: 'api', windowSizesMs: [60], syncRate: 0.1, strategy: store })
  */
 export class MemcachedStrategy implements Strategy {
   readonly name = 'memcached'
-  readonly supportsDecimals = false
+  readonly supportsDecimals = BUILT_IN_STORES.memcached.supportsDecimals
   readonly client: MemcachedClient
   readonly keys: KeySpace
   private readonly ownsClient: boolean
   private readonly graceMs: number
-  private readonly indexShards: number
   private readonly compactAfter: number
   private readonly onError: ((error: Error) => void) | undefined
   /** Key-windows this strategy has added to an index, by window, until the window expires. */
-  private readonly indexed = new Map<string, { expiresAtMs: number; keys: Set<string> }>()
-  /** Window starts written per namespace and size, for `purge`, until they expire. */
-  private readonly starts = new Map<string, Map<number, Set<number>>>()
+  private readonly index: KeyIndex
   private readonly compacting = new Set<string>()
   private readonly background = new Set<Promise<unknown>>()
-  private nextPruneMs = 0
   private closed = false
 
   constructor(options: MemcachedStrategyOptions) {
@@ -112,7 +116,7 @@ export class MemcachedStrategy implements Strategy {
         'INVALID_OPTION',
         `memcached: indexShards must be an integer from 1 to 1024, got ${String(options.indexShards)}`,
       )
-    this.indexShards = indexShards
+    this.index = new KeyIndex(this.client, this.keys, indexShards)
     const compactAfter = options.compactAfter ?? 32
     if (typeof compactAfter !== 'number' || !Number.isInteger(compactAfter) || compactAfter < 1)
       throw new ConfigError('INVALID_OPTION', `memcached: compactAfter must be a positive integer, got ${String(options.compactAfter)}`)
@@ -132,38 +136,37 @@ export class MemcachedStrategy implements Strategy {
           `count ${w.count} of key ${JSON.stringify(w.key)} is not an integer: the memcached strategy holds whole counts only (supportsDecimals is false)`,
         )
     }
-    this.prune(batch.nowMs)
+    this.index.prune(batch.nowMs)
     // one entry per key-window: two entries of one seq would leave the log's answer to chance
     let windows = batch.windows
     if (windows.length > 1) {
       const unique = new Map<string, DiffBatch['windows'][number]>()
-      for (const w of windows) unique.set(`${w.windowSize}\u0000${w.windowStart}\u0000${w.key}`, w)
+      for (const w of windows) unique.set(`${w.windowSizeMs}\u0000${w.windowStartMs}\u0000${w.key}`, w)
       if (unique.size < windows.length) windows = [...unique.values()]
     }
     const tag = nodeTag(batch.nodeId)
     const commands: MetaCommand[] = []
     const pending: Pending[] = []
     for (const w of windows) {
-      const item = this.keys.window(batch.namespace, w.key, w.windowSize, w.windowStart)
-      const expiresAtMs = windowExpiresAtMs(w.windowStart, w.windowSize, this.graceMs)
+      const item = this.keys.window(batch.namespace, w.key, w.windowSizeMs, w.windowStartMs)
+      const expiresAtMs = windowExpiresAtMs(w.windowStartMs, w.windowSizeMs, this.graceMs)
       const p: Pending = {
         item,
-        index: this.indexKey(batch.namespace, w.key, w.windowSize, w.windowStart),
+        index: this.index.shardOf(batch.namespace, w.key, w.windowSizeMs, w.windowStartMs),
         entry: logEntry(tag, batch.seq, w.count),
-        indexEntry: `k${Buffer.from(w.key, 'utf8').toString('base64url')} `,
+        indexEntry: indexEntry(w.key),
         ttl: exptime(expiresAtMs, batch.nowMs),
-        withIndex: this.markIndexed(batch.namespace, w.key, w.windowSize, w.windowStart, expiresAtMs),
+        withIndex: this.index.mark(batch.namespace, w.key, w.windowSizeMs, w.windowStartMs, expiresAtMs),
       }
       pending.push(p)
       this.writeCommands(commands, p.item, p.entry, p.ttl)
       if (p.withIndex) this.writeCommands(commands, p.index, p.indexEntry, p.ttl)
-      this.rememberStart(batch.namespace, w.windowSize, w.windowStart)
     }
     const reads: Array<{ ref: WindowRef; item: string }> = pending.map((p, i) => ({ ref: windows[i] as WindowRef, item: p.item }))
     for (const r of batch.refresh)
       reads.push({
         ref: r,
-        item: this.keys.window(batch.namespace, r.key, r.windowSize, r.windowStart),
+        item: this.keys.window(batch.namespace, r.key, r.windowSizeMs, r.windowStartMs),
       })
     for (const r of reads) commands.push({ key: r.item, line: `mg ${r.item} v c` })
 
@@ -208,7 +211,11 @@ export class MemcachedStrategy implements Strategy {
     for (const [i, r] of reads.entries()) {
       const reply = readReplies[i]
       const log = this.readLog(reply)
-      rows.push(this.row(r.ref, log, tag))
+      const row = this.row(r.ref, log, tag)
+      const written = i < windows.length ? (windows[i] as DiffBatch['windows'][number]) : undefined
+      // a write is answered in its place in the node's sequence, even when a newer entry of this
+      // node is in the log already (the same as the newest when it is the newest)
+      rows.push(written === undefined ? row : { ...row, count: row.count - row.own + written.count, own: written.count })
       if (log === undefined || reply === undefined) continue
       const p = pending[i]
       // A log without an older entry of ours was (re)created by this push: after a restart or an
@@ -221,90 +228,55 @@ export class MemcachedStrategy implements Strategy {
     return rows
   }
 
-  async *getCounters(namespace: string, windowSizes: readonly number[], timeSec: number, nodeId = ''): AsyncIterable<CounterRow> {
+  async *getCounters(namespace: string, windowSizesMs: readonly number[], nowMs: number, nodeId = ''): AsyncIterable<CounterRow> {
     const tag = nodeTag(nodeId)
-    for (const size of windowSizes) {
-      const start = windowStartSec(timeSec * 1000, size)
-      for (const windowStart of [start, start - size]) {
-        const keys = await this.indexedKeys(namespace, size, windowStart)
-        for (let i = 0; i < keys.length; i += READ_PAGE) {
-          const page = keys.slice(i, i + READ_PAGE)
-          const items = page.map((k) => this.keys.window(namespace, k, size, windowStart))
-          const replies = await this.client.exec(items.map((item) => ({ key: item, line: `mg ${item} v` })))
-          for (const [j, key] of page.entries()) {
-            const log = this.readLog(replies[j])
-            if (log !== undefined) yield this.row({ key, windowStart, windowSize: size }, log, tag)
-          }
+    for (const { windowSizeMs: size, windowStartMs } of currentAndPrevious(nowMs, windowSizesMs)) {
+      const keys = await this.index.keysOf(namespace, size, windowStartMs)
+      for (let i = 0; i < keys.length; i += READ_PAGE) {
+        const page = keys.slice(i, i + READ_PAGE)
+        const items = page.map((k) => this.keys.window(namespace, k, size, windowStartMs))
+        const replies = await this.client.exec(items.map((item) => ({ key: item, line: `mg ${item} v` })))
+        for (const [j, key] of page.entries()) {
+          const log = this.readLog(replies[j])
+          if (log !== undefined) yield this.row({ key, windowStartMs, windowSizeMs: size }, log, tag)
         }
       }
     }
   }
 
-  async getWindow(key: string, namespace: string, windowStart: number, windowSize: number, nodeId = ''): Promise<CounterRow> {
-    const item = this.keys.window(namespace, key, windowSize, windowStart)
+  async getWindow(key: string, namespace: string, windowStartMs: number, windowSizeMs: number, nodeId = ''): Promise<CounterRow> {
+    const item = this.keys.window(namespace, key, windowSizeMs, windowStartMs)
     const [reply] = await this.client.exec([{ key: item, line: `mg ${item} v` }])
-    return this.row({ key, windowStart, windowSize }, this.readLog(reply), nodeTag(nodeId))
+    return this.row({ key, windowStartMs, windowSizeMs }, this.readLog(reply), nodeTag(nodeId))
   }
 
   /**
    * Rewrites each window's log with CAS: the entries compacted and an offset of minus their sum,
    * so the total reads zero. A concurrent append makes the CAS fail and the reset is redone.
    */
-  async resetKey(namespace: string, key: string, windowSizes: readonly number[], nowMs: number): Promise<void> {
-    for (const size of windowSizes) {
-      const start = windowStartSec(nowMs, size)
-      for (const windowStart of [start, start - size]) {
-        const item = this.keys.window(namespace, key, size, windowStart)
-        const ttl = exptime(windowExpiresAtMs(windowStart, size, this.graceMs), nowMs)
-        for (let attempt = 0; ; attempt++) {
-          if (attempt >= MAX_RESET_ATTEMPTS)
-            throw new StoreError('STORE_ERROR', this.name, `reset of ${JSON.stringify(key)} lost ${MAX_RESET_ATTEMPTS} CAS races in a row`)
-          const [reply] = await this.client.exec([{ key: item, line: `mg ${item} v c` }])
-          const log = this.readLog(reply)
-          const cas = casOf(reply)
-          if (log === undefined || cas === undefined) break
-          let nodes = 0
-          for (const e of log.parsed.nodes.values()) nodes += e.count
-          const data = compactLog(log.parsed, -nodes)
-          const [stored] = await this.client.exec([
-            {
-              key: item,
-              line: `ms ${item} ${data.length} C${cas} T${ttl}`,
-              data,
-            },
-          ])
-          if (stored?.code === 'HD' || stored?.code === 'NF') break
-          if (stored?.code !== 'EX') throw new StoreError('STORE_ERROR', this.name, `reset of ${JSON.stringify(key)}: ${describe(stored)}`)
-        }
-      }
-    }
-  }
-
-  /**
-   * memcached drops windows by their TTL (set on creation to the window's end plus the next
-   * window and `graceMs`). `purge` deletes at once the windows this strategy knows of (written
-   * through it, or around the present) that have expired at `nowMs`, with their index.
-   */
-  async purge(namespace: string, windowSizes: readonly number[], nowMs: number): Promise<void> {
-    const realNowMs = Date.now()
-    for (const size of windowSizes) {
-      const candidates = new Set(this.starts.get(namespace)?.get(size) ?? [])
-      const current = windowStartSec(realNowMs, size)
-      for (let k = -1; k <= 2; k++) candidates.add(current - k * size)
-      for (const windowStart of candidates) {
-        if (windowExpiresAtMs(windowStart, size, this.graceMs) > nowMs) continue
-        const keys = await this.indexedKeys(namespace, size, windowStart)
-        const deletes: MetaCommand[] = []
-        for (const key of keys) {
-          const item = this.keys.window(namespace, key, size, windowStart)
-          deletes.push({ key: item, line: `md ${item}` })
-        }
-        for (let shard = 0; shard < this.indexShards; shard++) {
-          const index = this.keys.index(namespace, size, windowStart, shard)
-          deletes.push({ key: index, line: `md ${index}` })
-        }
-        for (let i = 0; i < deletes.length; i += READ_PAGE) await this.client.exec(deletes.slice(i, i + READ_PAGE))
-        this.starts.get(namespace)?.get(size)?.delete(windowStart)
+  async resetKey(namespace: string, key: string, windowSizesMs: readonly number[], nowMs: number): Promise<void> {
+    for (const { windowSizeMs: size, windowStartMs } of currentAndPrevious(nowMs, windowSizesMs)) {
+      const item = this.keys.window(namespace, key, size, windowStartMs)
+      const ttl = exptime(windowExpiresAtMs(windowStartMs, size, this.graceMs), nowMs)
+      for (let attempt = 0; ; attempt++) {
+        if (attempt >= MAX_RESET_ATTEMPTS)
+          throw new StoreError('STORE_ERROR', this.name, `reset of ${JSON.stringify(key)} lost ${MAX_RESET_ATTEMPTS} CAS races in a row`)
+        const [reply] = await this.client.exec([{ key: item, line: `mg ${item} v c` }])
+        const log = this.readLog(reply)
+        const cas = casOf(reply)
+        if (log === undefined || cas === undefined) break
+        let nodes = 0
+        for (const e of log.parsed.nodes.values()) nodes += e.count
+        const data = compactLog(log.parsed, -nodes)
+        const [stored] = await this.client.exec([
+          {
+            key: item,
+            line: `ms ${item} ${data.length} C${cas} T${ttl}`,
+            data,
+          },
+        ])
+        if (stored?.code === 'HD' || stored?.code === 'NF') break
+        if (stored?.code !== 'EX') throw new StoreError('STORE_ERROR', this.name, `reset of ${JSON.stringify(key)}: ${describe(stored)}`)
       }
     }
   }
@@ -326,52 +298,6 @@ export class MemcachedStrategy implements Strategy {
     }
   }
 
-  private indexKey(namespace: string, key: string, windowSize: number, windowStart: number): string {
-    let h = 0
-    for (let i = 0; i < key.length; i++) h = (Math.imul(h, 31) + key.charCodeAt(i)) | 0
-    return this.keys.index(namespace, windowSize, windowStart, (h >>> 0) % this.indexShards)
-  }
-
-  /** True (and remembers it) when this strategy has not yet put the key-window in its index. */
-  private markIndexed(namespace: string, key: string, windowSize: number, windowStart: number, expiresAtMs: number): boolean {
-    const id = `${namespace}\u0000${windowSize}\u0000${windowStart}`
-    let w = this.indexed.get(id)
-    if (w === undefined) {
-      w = { expiresAtMs, keys: new Set() }
-      this.indexed.set(id, w)
-    }
-    if (w.keys.has(key)) return false
-    w.keys.add(key)
-    return true
-  }
-
-  private rememberStart(namespace: string, windowSize: number, windowStart: number): void {
-    let bySize = this.starts.get(namespace)
-    if (bySize === undefined) {
-      bySize = new Map()
-      this.starts.set(namespace, bySize)
-    }
-    let set = bySize.get(windowSize)
-    if (set === undefined) {
-      set = new Set()
-      bySize.set(windowSize, set)
-    }
-    set.add(windowStart)
-  }
-
-  // Forgets windows that have expired, at most once a second of engine time: the local index
-  // memory and the purge candidates stay bounded without a timer.
-  private prune(nowMs: number): void {
-    if (nowMs < this.nextPruneMs) return
-    this.nextPruneMs = nowMs + 1000
-    for (const [id, w] of this.indexed) if (w.expiresAtMs <= nowMs) this.indexed.delete(id)
-    for (const bySize of this.starts.values()) {
-      for (const [size, set] of bySize) {
-        for (const start of set) if (windowExpiresAtMs(start, size, this.graceMs) <= nowMs) set.delete(start)
-      }
-    }
-  }
-
   private readLog(reply: MetaReply | undefined): { parsed: ParsedLog; raw: string } | undefined {
     if (reply === undefined || reply.code === 'EN') return undefined
     if (reply.code !== 'VA' || reply.value === undefined) throw new StoreError('STORE_ERROR', this.name, `read failed: ${describe(reply)}`)
@@ -383,38 +309,18 @@ export class MemcachedStrategy implements Strategy {
     if (log === undefined)
       return {
         key: ref.key,
-        windowStart: ref.windowStart,
-        windowSize: ref.windowSize,
+        windowStartMs: ref.windowStartMs,
+        windowSizeMs: ref.windowSizeMs,
         count: 0,
         own: 0,
       }
     return {
       key: ref.key,
-      windowStart: ref.windowStart,
-      windowSize: ref.windowSize,
+      windowStartMs: ref.windowStartMs,
+      windowSizeMs: ref.windowSizeMs,
       count: logTotal(log.parsed),
       own: log.parsed.nodes.get(tag)?.count ?? 0,
     }
-  }
-
-  private async indexedKeys(namespace: string, windowSize: number, windowStart: number): Promise<string[]> {
-    const commands: MetaCommand[] = []
-    for (let shard = 0; shard < this.indexShards; shard++) {
-      const index = this.keys.index(namespace, windowSize, windowStart, shard)
-      commands.push({ key: index, line: `mg ${index} v` })
-    }
-    const replies = await this.client.exec(commands)
-    const keys = new Set<string>()
-    for (const reply of replies) {
-      if (reply.code === 'EN') continue
-      if (reply.code !== 'VA' || reply.value === undefined)
-        throw new StoreError('STORE_ERROR', this.name, `index read failed: ${describe(reply)}`)
-      // entries are `k<base64url of the key> `; the k keeps the empty key apart from the separators
-      for (const entry of reply.value.toString('latin1').split(' ')) {
-        if (entry.startsWith('k')) keys.add(Buffer.from(entry.slice(1), 'base64url').toString('utf8'))
-      }
-    }
-    return [...keys]
   }
 
   /** Rewrites a long log to one entry per node, with CAS so no concurrent append is lost. */
@@ -424,7 +330,7 @@ export class MemcachedStrategy implements Strategy {
     if (cas === undefined) return
     this.compacting.add(item)
     const data = compactLog(log)
-    const ttl = exptime(windowExpiresAtMs(ref.windowStart, ref.windowSize, this.graceMs), nowMs)
+    const ttl = exptime(windowExpiresAtMs(ref.windowStartMs, ref.windowSizeMs, this.graceMs), nowMs)
     const run = this.client
       .exec([{ key: item, line: `ms ${item} ${data.length} C${cas} T${ttl}`, data }])
       .then(
@@ -460,9 +366,4 @@ function hasOlderEntry(raw: string, tag: string, seq: number): boolean {
 function casOf(reply: MetaReply | undefined): string | undefined {
   const flag = reply?.flags.find((f) => f.startsWith('c'))
   return flag === undefined ? undefined : flag.slice(1)
-}
-
-function describe(reply: MetaReply | undefined): string {
-  if (reply === undefined) return 'no reply'
-  return reply.code === 'ERROR' ? reply.flags.join(' ') : `${reply.code} ${reply.flags.join(' ')}`.trim()
 }

@@ -4,7 +4,8 @@
  */
 import { PostgresStrategy, type PostgresStrategyOptions } from './postgres-strategy.js'
 
-export type { PgClientLike, PgPoolLike, PostgresStrategyOptions, PurgeReport } from './postgres-strategy.js'
+export type { PostgresStrategyOptions, PurgeReport } from './postgres-strategy.js'
+export type { PgClientLike, PgPoolLike } from './sessions.js'
 export { PostgresStrategy } from './postgres-strategy.js'
 
 /** Options of {@link createPostgresStrategy}: the strategy's, plus whether to migrate first. */

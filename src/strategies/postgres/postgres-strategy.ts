@@ -1,16 +1,16 @@
 import pg from 'pg'
 import { ConfigError, StoreError } from '../../core/errors.js'
-import type { CounterRow, DiffBatch, Strategy, WindowPush } from '../../core/strategy.js'
-import { windowStartSec } from '../../core/window.js'
+import {
+  type CounterRow,
+  currentAndPrevious,
+  type DiffBatch,
+  hasLoneSurrogate,
+  type Strategy,
+  type WindowPush,
+} from '../../core/strategy.js'
+import { BUILT_IN_STORES } from '../capabilities.js'
+import { type PgPoolLike, Sessions, type Statement } from './sessions.js'
 import { ddl, isIdentifier, pageSql, purgeBatchSql, pushSql, RESET_NODE, resetSql, type TableNames, tableNames, windowSql } from './sql.js'
-
-/** The part of a `pg` pool client the strategy uses. */
-export type PgClientLike = Pick<pg.PoolClient, 'query' | 'release'>
-
-/** The part of a `pg.Pool` the strategy uses: it only checks clients out. */
-export interface PgPoolLike {
-  connect(): Promise<PgClientLike>
-}
 
 /** Options of {@link PostgresStrategy}. Give `pool` or `connectionString`, not both. */
 export interface PostgresStrategyOptions {
@@ -57,26 +57,15 @@ export interface PurgeReport {
   readonly batches: number
 }
 
-const SQLSTATE_UNDEFINED_TABLE = '42P01'
 // Up to this many written (and refreshed) windows a push uses the statement with a cached plan.
 const SMALL_BATCH = 16
-const CONNECTION_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'EPIPE',
-  'ETIMEDOUT',
-  'ENOTFOUND',
-  'EHOSTUNREACH',
-  '57P01',
-  '57P02',
-  '57P03',
-])
 
 // Postgres text cannot hold NUL; such keys (and keys that would look escaped) are stored as
 // \u0001 + JSON, which is injective and leaves every other key as it is.
 const ESCAPE = '\u0001'
 function encodeKey(key: string): string {
-  return key.includes('\u0000') || key.startsWith(ESCAPE) ? ESCAPE + JSON.stringify(key) : key
+  // JSON.stringify writes a lone surrogate as \udXXX: UTF-8 would turn it into U+FFFD
+  return key.includes('\u0000') || key.startsWith(ESCAPE) || hasLoneSurrogate(key) ? ESCAPE + JSON.stringify(key) : key
 }
 function decodeKey(stored: string): string {
   return stored.startsWith(ESCAPE) ? (JSON.parse(stored.slice(1)) as string) : stored
@@ -95,11 +84,6 @@ function num(text: unknown): number {
   return typeof text === 'string' ? Number(text) : typeof text === 'number' ? text : 0
 }
 
-interface Statement {
-  readonly name: string
-  readonly text: string
-}
-
 /**
  * A central store in PostgreSQL (9.5+ for ON CONFLICT; tested on 15). Each process owns its own
  * rows: one per key-window and node, holding its cumulative count and the `seq` of the batch
@@ -115,7 +99,7 @@ interface Statement {
 export class PostgresStrategy implements Strategy {
   readonly name = 'postgres'
   /** Counts are `numeric`: decimals are held exactly. */
-  readonly supportsDecimals = true
+  readonly supportsDecimals = BUILT_IN_STORES.postgres.supportsDecimals
   /** Statements sent, by kind, for tests and benchmarks. */
   readonly calls = { push: 0, window: 0, page: 0, reset: 0, purge: 0 }
   readonly names: TableNames
@@ -138,7 +122,7 @@ export class PostgresStrategy implements Strategy {
   /** Per namespace: window sizes seen in pushes and when the next automatic purge is due. */
   private readonly purgeState = new Map<string, { sizes: Set<number>; dueMs: number }>()
   private readonly background = new Set<Promise<unknown>>()
-  private readonly guarded = new WeakSet<object>()
+  private readonly sessions: Sessions
   private closed = false
 
   constructor(options: PostgresStrategyOptions) {
@@ -188,6 +172,7 @@ export class PostgresStrategy implements Strategy {
       this.pool = this.ownPool
     }
     this.names = tableNames(schema, table)
+    this.sessions = new Sessions(this.pool, this.name, this.queryTimeoutMs, this.names.qualified, () => this.closed)
     // Named statements are parsed once per connection; the name is unique per table.
     const id = `rl_${schema}_${table}`.slice(0, 50)
     this.push = { name: `${id}_push`, text: pushSql(this.names) }
@@ -209,7 +194,7 @@ export class PostgresStrategy implements Strategy {
    * processes at once (they take turns on an advisory lock).
    */
   async migrate(): Promise<void> {
-    const client = await this.checkout('migrate')
+    const client = await this.sessions.checkout('migrate')
     let broken: Error | undefined
     try {
       await client.query('BEGIN')
@@ -220,7 +205,7 @@ export class PostgresStrategy implements Strategy {
       await client.query('ROLLBACK').catch((e: Error) => {
         broken = e
       })
-      throw this.storeError('migrate', err)
+      throw this.sessions.storeError('migrate', err)
     } finally {
       client.release(broken)
     }
@@ -232,15 +217,15 @@ export class PostgresStrategy implements Strategy {
     if (batch.windows.length === 0 && batch.refresh.length === 0) return []
     // one row per key-window: ON CONFLICT cannot touch a row twice in one statement
     const writes = new Map<string, WindowPush>()
-    for (const w of batch.windows) writes.set(`${w.windowSize}\u0000${w.windowStart}\u0000${w.key}`, w)
+    for (const w of batch.windows) writes.set(`${w.windowSizeMs}\u0000${w.windowStartMs}\u0000${w.key}`, w)
     const keys: string[] = []
     const sizes: number[] = []
     const starts: number[] = []
     const counts: string[] = []
     for (const w of writes.values()) {
       keys.push(encodeKey(w.key))
-      sizes.push(w.windowSize)
-      starts.push(w.windowStart)
+      sizes.push(w.windowSizeMs)
+      starts.push(w.windowStartMs)
       counts.push(String(w.count))
     }
     const rkeys: string[] = []
@@ -248,12 +233,12 @@ export class PostgresStrategy implements Strategy {
     const rstarts: number[] = []
     for (const r of batch.refresh) {
       rkeys.push(encodeKey(r.key))
-      rsizes.push(r.windowSize)
-      rstarts.push(r.windowStart)
+      rsizes.push(r.windowSizeMs)
+      rstarts.push(r.windowStartMs)
     }
     this.calls.push++
     const small = keys.length <= SMALL_BATCH && rkeys.length <= SMALL_BATCH
-    const result = await this.query('pushDiffs', small ? this.pushSmall : this.push, [
+    const result = await this.sessions.query('pushDiffs', small ? this.pushSmall : this.push, [
       batch.namespace,
       batch.nodeId,
       batch.seq,
@@ -270,8 +255,8 @@ export class PostgresStrategy implements Strategy {
     for (const r of result.rows as Array<Record<string, unknown>>) {
       rows.push({
         key: decodeKey(r.key as string),
-        windowStart: Number(r.window_start),
-        windowSize: Number(r.window_size),
+        windowStartMs: Number(r.window_start_ms),
+        windowSizeMs: Number(r.window_size_ms),
         count: num(r.count),
         own: num(r.own),
       })
@@ -279,89 +264,82 @@ export class PostgresStrategy implements Strategy {
     return rows
   }
 
-  async *getCounters(namespace: string, windowSizes: readonly number[], timeSec: number, nodeId = ''): AsyncIterable<CounterRow> {
-    for (const size of windowSizes) {
-      const start = windowStartSec(timeSec * 1000, size)
-      for (const windowStart of [start, start - size]) {
-        let after: string | undefined
-        for (;;) {
-          this.calls.page++
-          const result =
-            after === undefined
-              ? await this.query('getCounters', this.firstPage, [namespace, size, windowStart, nodeId, this.pageSize])
-              : await this.query('getCounters', this.nextPage, [namespace, size, windowStart, nodeId, this.pageSize, after])
-          const page = result.rows as Array<Record<string, unknown>>
-          for (const r of page) {
-            yield {
-              key: decodeKey(r.key as string),
-              windowStart,
-              windowSize: size,
-              count: num(r.count),
-              own: num(r.own),
-            }
+  async *getCounters(namespace: string, windowSizesMs: readonly number[], nowMs: number, nodeId = ''): AsyncIterable<CounterRow> {
+    for (const { windowSizeMs: size, windowStartMs } of currentAndPrevious(nowMs, windowSizesMs)) {
+      let after: string | undefined
+      for (;;) {
+        this.calls.page++
+        const result =
+          after === undefined
+            ? await this.sessions.query('getCounters', this.firstPage, [namespace, size, windowStartMs, nodeId, this.pageSize])
+            : await this.sessions.query('getCounters', this.nextPage, [namespace, size, windowStartMs, nodeId, this.pageSize, after])
+        const page = result.rows as Array<Record<string, unknown>>
+        for (const r of page) {
+          yield {
+            key: decodeKey(r.key as string),
+            windowStartMs,
+            windowSizeMs: size,
+            count: num(r.count),
+            own: num(r.own),
           }
-          if (page.length < this.pageSize) break
-          after = (page[page.length - 1] as Record<string, unknown>).key as string
         }
+        if (page.length < this.pageSize) break
+        after = (page[page.length - 1] as Record<string, unknown>).key as string
       }
     }
   }
 
-  async getWindow(key: string, namespace: string, windowStart: number, windowSize: number, nodeId = ''): Promise<CounterRow> {
+  async getWindow(key: string, namespace: string, windowStartMs: number, windowSizeMs: number, nodeId = ''): Promise<CounterRow> {
     this.calls.window++
-    const result = await this.query('getWindow', this.window, [namespace, windowSize, windowStart, encodeKey(key), nodeId])
+    const result = await this.sessions.query('getWindow', this.window, [namespace, windowSizeMs, windowStartMs, encodeKey(key), nodeId])
     const r = (result.rows[0] ?? {}) as Record<string, unknown>
     return {
       key,
-      windowStart,
-      windowSize,
+      windowStartMs,
+      windowSizeMs,
       count: num(r.count),
       own: num(r.own),
     }
   }
 
-  async resetKey(namespace: string, key: string, windowSizes: readonly number[], nowMs: number): Promise<void> {
-    const sizes: number[] = []
-    const starts: number[] = []
-    for (const size of windowSizes) {
-      const start = windowStartSec(nowMs, size)
-      sizes.push(size, size)
-      starts.push(start, start - size)
-    }
+  async resetKey(namespace: string, key: string, windowSizesMs: readonly number[], nowMs: number): Promise<void> {
+    const spans = currentAndPrevious(nowMs, windowSizesMs)
+    const sizes = spans.map((w) => w.windowSizeMs)
+    const starts = spans.map((w) => w.windowStartMs)
     this.calls.reset++
-    await this.query('resetKey', this.reset, [namespace, encodeKey(key), sizes, starts])
+    await this.sessions.query('resetKey', this.reset, [namespace, encodeKey(key), sizes, starts])
   }
 
-  async purge(namespace: string, windowSizes: readonly number[], nowMs: number): Promise<void> {
-    await this.purgeNow(namespace, windowSizes, nowMs)
+  async purge(namespace: string, windowSizesMs: readonly number[], nowMs: number): Promise<void> {
+    await this.purgeNow(namespace, windowSizesMs, nowMs)
   }
 
   /**
-   * Deletes the namespace's windows of `windowSizes` that expired at `nowMs`, in statements of
+   * Deletes the namespace's windows of `windowSizesMs` that expired at `nowMs`, in statements of
    * at most `purgeBatchSize` rows, while holding a session advisory lock: a process that finds
    * the lock taken returns at once (`locked: false`), so one process purges at a time.
    */
-  async purgeNow(namespace: string, windowSizes: readonly number[], nowMs: number): Promise<PurgeReport> {
-    const client = await this.checkout('purge')
+  async purgeNow(namespace: string, windowSizesMs: readonly number[], nowMs: number): Promise<PurgeReport> {
+    const client = await this.sessions.checkout('purge')
     const lockKey = `ratelimiting:purge:${this.names.qualified}:${namespace}`
     let broken: Error | undefined
     let locked = false
     let deleted = 0
     let batches = 0
     try {
-      const got = await this.timed(client, 'purge', {
+      const got = await this.sessions.timed(client, 'purge', {
         text: 'SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS locked',
         values: [lockKey],
       })
       locked = (got.rows[0] as { locked: boolean } | undefined)?.locked === true
       if (!locked) return { locked, deleted, batches }
-      for (const size of windowSizes) {
-        // expired when (start + 2 * size) * 1000 + grace <= now, as in windowExpiresAtMs
-        const cutoff = Math.floor((nowMs - this.graceMs) / 1000) - 2 * size
+      for (const size of windowSizesMs) {
+        // expired when start + 2 * size + grace <= now, as in windowExpiresAtMs
+        const cutoff = nowMs - this.graceMs - 2 * size
         for (let i = 0; i < this.purgeMaxBatches; i++) {
           this.calls.purge++
           batches++
-          const result = await this.timed(client, 'purge', {
+          const result = await this.sessions.timed(client, 'purge', {
             name: this.purgeBatch.name,
             text: this.purgeBatch.text,
             values: [namespace, size, cutoff, this.purgeBatchSize],
@@ -374,15 +352,17 @@ export class PostgresStrategy implements Strategy {
       return { locked, deleted, batches }
     } catch (err) {
       broken = err instanceof Error ? err : new Error(String(err))
-      throw this.storeError('purge', err)
+      throw this.sessions.storeError('purge', err)
     } finally {
       if (locked && broken === undefined) {
-        await this.timed(client, 'purge', {
-          text: 'SELECT pg_advisory_unlock(hashtextextended($1, 0))',
-          values: [lockKey],
-        }).catch((err: unknown) => {
-          broken = err instanceof Error ? err : new Error(String(err))
-        })
+        await this.sessions
+          .timed(client, 'purge', {
+            text: 'SELECT pg_advisory_unlock(hashtextextended($1, 0))',
+            values: [lockKey],
+          })
+          .catch((err: unknown) => {
+            broken = err instanceof Error ? err : new Error(String(err))
+          })
       }
       // a broken session is destroyed, which also releases its advisory lock
       client.release(broken)
@@ -403,7 +383,7 @@ export class PostgresStrategy implements Strategy {
       state = { sizes: new Set(), dueMs: batch.nowMs + this.purgeIntervalMs }
       this.purgeState.set(batch.namespace, state)
     }
-    for (const w of batch.windows) state.sizes.add(w.windowSize)
+    for (const w of batch.windows) state.sizes.add(w.windowSizeMs)
     if (batch.nowMs < state.dueMs || state.sizes.size === 0) return
     state.dueMs = batch.nowMs + this.purgeIntervalMs
     const run = this.purgeNow(batch.namespace, [...state.sizes], batch.nowMs).then(
@@ -412,100 +392,5 @@ export class PostgresStrategy implements Strategy {
     )
     this.background.add(run)
     void run.finally(() => this.background.delete(run))
-  }
-
-  private async query(what: string, statement: Statement, values: unknown[]): Promise<pg.QueryResult> {
-    const client = await this.checkout(what)
-    let broken: Error | undefined
-    try {
-      return await this.timed(client, what, {
-        name: statement.name,
-        text: statement.text,
-        values,
-      })
-    } catch (err) {
-      // a timed-out or dropped connection must not go back to the pool
-      if (!(err instanceof StoreError) || err.code !== 'STORE_ERROR') broken = err instanceof Error ? err : new Error(String(err))
-      throw err
-    } finally {
-      client.release(broken)
-    }
-  }
-
-  private checkout(what: string): Promise<PgClientLike> {
-    if (this.closed) return Promise.reject(new StoreError('STORE_UNAVAILABLE', this.name, `${what}: strategy is closed`))
-    return new Promise<PgClientLike>((resolve, reject) => {
-      let settled = false
-      const timer = setTimeout(() => {
-        settled = true
-        reject(new StoreError('STORE_TIMEOUT', this.name, `${what}: no connection within ${this.queryTimeoutMs} ms`))
-      }, this.queryTimeoutMs)
-      timer.unref()
-      this.pool.connect().then(
-        (client) => {
-          clearTimeout(timer)
-          this.guard(client)
-          if (settled) client.release()
-          else resolve(client)
-        },
-        (err: unknown) => {
-          clearTimeout(timer)
-          if (!settled) reject(this.storeError(what, err))
-        },
-      )
-    })
-  }
-
-  // pg emits 'error' on a client whose socket dies while it is checked out, and pg-pool only
-  // listens while it is idle: without a listener of our own that would crash the process. The
-  // failure itself reaches the pending query.
-  private guard(client: PgClientLike): void {
-    const emitter = client as unknown as {
-      on?: (event: string, listener: (err: Error) => void) => unknown
-    }
-    if (this.guarded.has(client) || typeof emitter.on !== 'function') return
-    this.guarded.add(client)
-    emitter.on('error', () => undefined)
-  }
-
-  /** Runs one statement; past `queryTimeoutMs` the client's socket is destroyed and the call fails. */
-  private timed(client: PgClientLike, what: string, config: pg.QueryConfig): Promise<pg.QueryResult> {
-    return new Promise<pg.QueryResult>((resolve, reject) => {
-      let settled = false
-      const timer = setTimeout(() => {
-        settled = true
-        reject(new StoreError('STORE_TIMEOUT', this.name, `${what} timed out after ${this.queryTimeoutMs} ms (the write may have landed)`))
-      }, this.queryTimeoutMs)
-      timer.unref()
-      client.query(config).then(
-        (result) => {
-          clearTimeout(timer)
-          if (!settled) resolve(result)
-        },
-        (err: unknown) => {
-          clearTimeout(timer)
-          if (!settled) reject(this.storeError(what, err))
-        },
-      )
-    })
-  }
-
-  private storeError(what: string, err: unknown): StoreError {
-    if (err instanceof StoreError) return err
-    const e = err as { code?: unknown; message?: unknown } | undefined
-    const code = typeof e?.code === 'string' ? e.code : undefined
-    const message = typeof e?.message === 'string' ? e.message : String(err)
-    if (code === SQLSTATE_UNDEFINED_TABLE)
-      return new StoreError(
-        'STORE_ERROR',
-        this.name,
-        `${what}: table ${this.names.qualified} does not exist; run migrate() first (${message})`,
-        {
-          cause: err,
-        },
-      )
-    const unavailable =
-      (code !== undefined && CONNECTION_CODES.has(code)) || /Connection terminated|connect|ECONNRESET|socket/i.test(message)
-    return new StoreError(unavailable ? 'STORE_UNAVAILABLE' : 'STORE_ERROR', this.name, `${what}: ${message}`, { cause: err })
   }
 }

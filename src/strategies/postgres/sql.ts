@@ -31,23 +31,39 @@ export function tableNames(schema: string, table: string): TableNames {
  * The DDL `migrate()` runs: the schema, the table and nothing else (the primary key serves
  * every read and the purge). Idempotent.
  *
- * - One row per (namespace, window_size, window_start, key, node_id): each process writes only
- *   its own rows, so two processes never wait on each other's row locks.
+ * - One row per (namespace, window_size_ms, window_start_ms, key, node_id): each process writes
+ *   only its own rows, so two processes never wait on each other's row locks.
+ * - Window sizes and starts are whole ms (`bigint`): windows of any length from 1 ms up.
  * - `count` is `numeric`: decimal values are held exactly and sums never overflow 64 bits.
  * - `seq` is the writer's batch number: an upsert only replaces a row with a newer one.
  * - Text columns use the "C" collation: byte order, cheap comparisons, a stable cursor.
+ *
+ * A table of version 0.1 (windows in seconds, columns `window_size` and `window_start`) is
+ * converted in place first: the columns are renamed and their values multiplied by 1000.
  */
 export function ddl(names: TableNames): string {
+  const schema = names.schema.replace(/'/g, "''")
+  const table = names.table.replace(/'/g, "''")
   return `CREATE SCHEMA IF NOT EXISTS "${names.schema}";
+DO $upgrade$ BEGIN
+  IF EXISTS (SELECT 1 FROM information_schema.columns
+             WHERE table_schema = '${schema}' AND table_name = '${table}' AND column_name = 'window_size') THEN
+    ALTER TABLE ${names.qualified} RENAME COLUMN window_size TO window_size_ms;
+    ALTER TABLE ${names.qualified} RENAME COLUMN window_start TO window_start_ms;
+    ALTER TABLE ${names.qualified}
+      ALTER COLUMN window_size_ms TYPE bigint USING window_size_ms::bigint * 1000,
+      ALTER COLUMN window_start_ms TYPE bigint USING window_start_ms * 1000;
+  END IF;
+END $upgrade$;
 CREATE TABLE IF NOT EXISTS ${names.qualified} (
-  namespace    text COLLATE "C" NOT NULL,
-  window_size  integer NOT NULL,
-  window_start bigint NOT NULL,
-  key          text COLLATE "C" NOT NULL,
-  node_id      text COLLATE "C" NOT NULL,
-  count        numeric NOT NULL,
-  seq          bigint NOT NULL,
-  CONSTRAINT "${names.table}_pkey" PRIMARY KEY (namespace, window_size, window_start, key, node_id)
+  namespace       text COLLATE "C" NOT NULL,
+  window_size_ms  bigint NOT NULL,
+  window_start_ms bigint NOT NULL,
+  key             text COLLATE "C" NOT NULL,
+  node_id         text COLLATE "C" NOT NULL,
+  count           numeric NOT NULL,
+  seq             bigint NOT NULL,
+  CONSTRAINT "${names.table}_pkey" PRIMARY KEY (namespace, window_size_ms, window_start_ms, key, node_id)
 );`
 }
 
@@ -58,7 +74,10 @@ CREATE TABLE IF NOT EXISTS ${names.qualified} (
  * The statements of a WITH run on one snapshot, so the final SELECT does not see the upsert's
  * writes: a written window's own count comes from the upsert's RETURNING, the other nodes'
  * sum from the snapshot. A window whose write was refused (an old or repeated seq) reports the
- * stored row from the snapshot.
+ * count it pushed as this node's: concurrent synchronous hits of one process commit in any
+ * order, and each must be answered as of its own place in the node's sequence. The snapshot
+ * holds either nothing of this node yet (a rate of 0: hits admitted past the limit) or a newer
+ * push's count (hits denied under the limit); the pushed count is neither.
  *
  * $1 namespace, $2 node id, $3 seq, $4-$7 written (keys, sizes, starts, counts as text),
  * $8-$10 refreshed (keys, sizes, starts).
@@ -70,33 +89,33 @@ CREATE TABLE IF NOT EXISTS ${names.qualified} (
  */
 export function pushSql(names: TableNames, small = false): string {
   const written = small
-    ? 'SELECT ($4::text[])[i] AS key, ($5::int[])[i] AS window_size, ($6::bigint[])[i] AS window_start, ($7::numeric[])[i] AS count FROM generate_subscripts($4::text[], 1) AS i'
-    : 'SELECT * FROM unnest($4::text[], $5::int[], $6::bigint[], $7::numeric[]) AS w(key, window_size, window_start, count)'
+    ? 'SELECT ($4::text[])[i] AS key, ($5::bigint[])[i] AS window_size_ms, ($6::bigint[])[i] AS window_start_ms, ($7::numeric[])[i] AS count FROM generate_subscripts($4::text[], 1) AS i'
+    : 'SELECT * FROM unnest($4::text[], $5::bigint[], $6::bigint[], $7::numeric[]) AS w(key, window_size_ms, window_start_ms, count)'
   const refreshed = small
-    ? 'SELECT ($8::text[])[j], ($9::int[])[j], ($10::bigint[])[j] FROM generate_subscripts($8::text[], 1) AS j'
-    : 'SELECT f.key, f.window_size, f.window_start FROM unnest($8::text[], $9::int[], $10::bigint[]) AS f(key, window_size, window_start)'
+    ? 'SELECT ($8::text[])[j], ($9::bigint[])[j], ($10::bigint[])[j], NULL::numeric FROM generate_subscripts($8::text[], 1) AS j'
+    : 'SELECT f.key, f.window_size_ms, f.window_start_ms, NULL::numeric FROM unnest($8::text[], $9::bigint[], $10::bigint[]) AS f(key, window_size_ms, window_start_ms)'
   return `WITH w AS (
   ${written}
 ), up AS (
-  INSERT INTO ${names.qualified} AS t (namespace, window_size, window_start, key, node_id, count, seq)
-  SELECT $1, w.window_size, w.window_start, w.key, $2, w.count, $3 FROM w
-  ON CONFLICT (namespace, window_size, window_start, key, node_id)
+  INSERT INTO ${names.qualified} AS t (namespace, window_size_ms, window_start_ms, key, node_id, count, seq)
+  SELECT $1, w.window_size_ms, w.window_start_ms, w.key, $2, w.count, $3 FROM w
+  ON CONFLICT (namespace, window_size_ms, window_start_ms, key, node_id)
   DO UPDATE SET count = EXCLUDED.count, seq = EXCLUDED.seq WHERE t.seq < EXCLUDED.seq
-  RETURNING t.window_size, t.window_start, t.key, t.count
+  RETURNING t.window_size_ms, t.window_start_ms, t.key, t.count
 ), r AS (
-  SELECT w.key, w.window_size, w.window_start FROM w
+  SELECT w.key, w.window_size_ms, w.window_start_ms, w.count AS pushed FROM w
   UNION ALL
   ${refreshed}
 )
-SELECT r.key, r.window_size, r.window_start,
-  (COALESCE(s.others, 0) + COALESCE(up.count, s.mine, 0))::text AS count,
-  COALESCE(up.count, s.mine, 0)::text AS own
+SELECT r.key, r.window_size_ms, r.window_start_ms,
+  (COALESCE(s.others, 0) + COALESCE(up.count, r.pushed, s.mine, 0))::text AS count,
+  COALESCE(up.count, r.pushed, s.mine, 0)::text AS own
 FROM r
-LEFT JOIN up ON up.key = r.key AND up.window_size = r.window_size AND up.window_start = r.window_start
+LEFT JOIN up ON up.key = r.key AND up.window_size_ms = r.window_size_ms AND up.window_start_ms = r.window_start_ms
 LEFT JOIN LATERAL (
   SELECT sum(t.count) FILTER (WHERE t.node_id <> $2) AS others, sum(t.count) FILTER (WHERE t.node_id = $2) AS mine
   FROM ${names.qualified} t
-  WHERE t.namespace = $1 AND t.window_size = r.window_size AND t.window_start = r.window_start AND t.key = r.key
+  WHERE t.namespace = $1 AND t.window_size_ms = r.window_size_ms AND t.window_start_ms = r.window_start_ms AND t.key = r.key
 ) s ON true`
 }
 
@@ -104,7 +123,7 @@ LEFT JOIN LATERAL (
 export function windowSql(names: TableNames): string {
   return `SELECT COALESCE(sum(count), 0)::text AS count, COALESCE(sum(count) FILTER (WHERE node_id = $5), 0)::text AS own
 FROM ${names.qualified}
-WHERE namespace = $1 AND window_size = $2 AND window_start = $3 AND key = $4`
+WHERE namespace = $1 AND window_size_ms = $2 AND window_start_ms = $3 AND key = $4`
 }
 
 /**
@@ -115,7 +134,7 @@ WHERE namespace = $1 AND window_size = $2 AND window_start = $3 AND key = $4`
 export function pageSql(names: TableNames, after: boolean): string {
   return `SELECT key, COALESCE(sum(count), 0)::text AS count, COALESCE(sum(count) FILTER (WHERE node_id = $4), 0)::text AS own
 FROM ${names.qualified}
-WHERE namespace = $1 AND window_size = $2 AND window_start = $3${after ? ' AND key > $6' : ''}
+WHERE namespace = $1 AND window_size_ms = $2 AND window_start_ms = $3${after ? ' AND key > $6' : ''}
 GROUP BY key ORDER BY key LIMIT $5`
 }
 
@@ -125,27 +144,27 @@ GROUP BY key ORDER BY key LIMIT $5`
  * $1 namespace, $2 key, $3 sizes, $4 starts.
  */
 export function resetSql(names: TableNames): string {
-  return `INSERT INTO ${names.qualified} AS t (namespace, window_size, window_start, key, node_id, count, seq)
-SELECT $1, w.window_size, w.window_start, $2, '${RESET_NODE}', -s.total, 0
-FROM unnest($3::int[], $4::bigint[]) AS w(window_size, window_start)
+  return `INSERT INTO ${names.qualified} AS t (namespace, window_size_ms, window_start_ms, key, node_id, count, seq)
+SELECT $1, w.window_size_ms, w.window_start_ms, $2, '${RESET_NODE}', -s.total, 0
+FROM unnest($3::bigint[], $4::bigint[]) AS w(window_size_ms, window_start_ms)
 CROSS JOIN LATERAL (
   SELECT sum(c.count) AS total FROM ${names.qualified} c
-  WHERE c.namespace = $1 AND c.window_size = w.window_size AND c.window_start = w.window_start AND c.key = $2
+  WHERE c.namespace = $1 AND c.window_size_ms = w.window_size_ms AND c.window_start_ms = w.window_start_ms AND c.key = $2
     AND c.node_id <> '${RESET_NODE}'
 ) s
 WHERE s.total IS NOT NULL
-ON CONFLICT (namespace, window_size, window_start, key, node_id) DO UPDATE SET count = EXCLUDED.count`
+ON CONFLICT (namespace, window_size_ms, window_start_ms, key, node_id) DO UPDATE SET count = EXCLUDED.count`
 }
 
 /**
- * Deletes at most $4 expired rows of one namespace and size (window_start <= $3), located by
+ * Deletes at most $4 expired rows of one namespace and size (window_start_ms <= $3, epoch ms), located by
  * ctid through the primary key: a short statement that holds few locks.
  */
 export function purgeBatchSql(names: TableNames): string {
   return `DELETE FROM ${names.qualified}
 WHERE ctid = ANY(ARRAY(
   SELECT ctid FROM ${names.qualified}
-  WHERE namespace = $1 AND window_size = $2 AND window_start <= $3
+  WHERE namespace = $1 AND window_size_ms = $2 AND window_start_ms <= $3
   LIMIT $4
 ))`
 }

@@ -9,8 +9,8 @@ import { keySlot, tagSlot } from './key-slot.js'
 /** Identifies the row a name answers for. */
 export interface RowRef {
   readonly key: string
-  readonly windowStart: number
-  readonly windowSize: number
+  readonly windowStartMs: number
+  readonly windowSizeMs: number
 }
 
 /** One script call: its key names (those written first) and where each row goes. */
@@ -58,7 +58,7 @@ export class CallPlan {
   /** Adds a key-window to write. */
   write(ref: RowRef, count: string, expireAtMs: string, rowIndex: number): void {
     const call = this.place(ref.key)
-    call.names.push(windowName(this.head, this.lastEncoded, ref.windowSize, ref.windowStart))
+    call.names.push(windowName(this.head, this.lastEncoded, ref.windowSizeMs, ref.windowStartMs))
     call.writeArgs.push(count, expireAtMs)
     call.rowIndex.push(rowIndex)
     call.refs.push(ref)
@@ -68,7 +68,7 @@ export class CallPlan {
   /** Adds a key-window to read back. */
   read(ref: RowRef, rowIndex: number): void {
     const call = this.place(ref.key)
-    call.names.push(windowName(this.head, this.lastEncoded, ref.windowSize, ref.windowStart))
+    call.names.push(windowName(this.head, this.lastEncoded, ref.windowSizeMs, ref.windowStartMs))
     call.rowIndex.push(rowIndex)
     call.refs.push(ref)
   }

@@ -1,19 +1,22 @@
 /**
  * Names of the Redis keys: one HASH per key-window,
- * `<prefix>:{<namespace>:<key>}:<windowSize>:<windowStart>`.
+ * `<prefix>:{<namespace>:<key>}:<windowSizeMs>:<windowStartMs>`.
  *
  * The braces are a Redis Cluster hash tag: the windows of one key share a slot (one script call
  * covers them), and different keys spread over the cluster (no hot slot per namespace). So that
  * the tag is exactly `<namespace>:<key>`, braces and `%` are percent-escaped in both parts, and so
  * is `:` in the namespace (which keeps namespace `a` with key `b:c` apart from namespace `a:b`
- * with key `c`). Keys without those characters, nearly all of them, are used as they are.
+ * with key `c`). Lone UTF-16 surrogates, which Redis's UTF-8 would turn into U+FFFD, become
+ * `%uXXXX`. Keys without those characters, nearly all of them, are used as they are.
  */
+import { hasLoneSurrogate } from '../../core/strategy.js'
 
 const NAMESPACE_SPECIALS = /[%:{}]/
 const NAMESPACE_SPECIALS_ALL = /[%:{}]/g
 const KEY_SPECIALS = /[%{}]/
 const KEY_SPECIALS_ALL = /[%{}]/g
-const ESCAPED = /%(25|3A|7B|7D)/g
+const ESCAPED = /%(?:(25|3A|7B|7D)|u([0-9A-F]{4}))/g
+const LONE_SURROGATES = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g
 // Redis glob (SCAN MATCH) special characters, escaped with a backslash
 const GLOB_SPECIALS = /[*?[\]\\]/g
 
@@ -21,18 +24,29 @@ function escapeChar(c: string): string {
   return `%${c.charCodeAt(0).toString(16).toUpperCase()}`
 }
 
-function unescapeChar(_match: string, hex: string): string {
-  return String.fromCharCode(Number.parseInt(hex, 16))
+function escapeSurrogate(c: string): string {
+  return `%u${c.charCodeAt(0).toString(16).toUpperCase()}`
+}
+
+function unescapeChar(_match: string, hex: string | undefined, unit: string | undefined): string {
+  return String.fromCharCode(Number.parseInt((hex ?? unit) as string, 16))
+}
+
+// After the characters of `specials`: lone surrogates, rare enough to be looked for only when
+// the cheap test says there is a surrogate at all.
+function escape(text: string, specials: RegExp, specialsAll: RegExp): string {
+  const escaped = specials.test(text) ? text.replace(specialsAll, escapeChar) : text
+  return hasLoneSurrogate(escaped) ? escaped.replace(LONE_SURROGATES, escapeSurrogate) : escaped
 }
 
 /** Escapes a namespace for use inside the hash tag. */
 export function encodeNamespace(namespace: string): string {
-  return NAMESPACE_SPECIALS.test(namespace) ? namespace.replace(NAMESPACE_SPECIALS_ALL, escapeChar) : namespace
+  return escape(namespace, NAMESPACE_SPECIALS, NAMESPACE_SPECIALS_ALL)
 }
 
 /** Escapes a rate-limited key for use inside the hash tag. */
 export function encodeKey(key: string): string {
-  return KEY_SPECIALS.test(key) ? key.replace(KEY_SPECIALS_ALL, escapeChar) : key
+  return escape(key, KEY_SPECIALS, KEY_SPECIALS_ALL)
 }
 
 /** Reverses {@link encodeKey}. */
@@ -46,8 +60,8 @@ export function namespaceHead(prefix: string, namespace: string): string {
 }
 
 /** The name of one key-window. */
-export function windowName(head: string, encodedKey: string, windowSize: number, windowStart: number): string {
-  return `${head}${encodedKey}}:${windowSize}:${windowStart}`
+export function windowName(head: string, encodedKey: string, windowSizeMs: number, windowStartMs: number): string {
+  return `${head}${encodedKey}}:${windowSizeMs}:${windowStartMs}`
 }
 
 /** A SCAN MATCH pattern for every key name of a namespace. */
@@ -58,8 +72,8 @@ export function namespacePattern(head: string): string {
 /** A key-window parsed back from its name. */
 export interface ParsedName {
   readonly key: string
-  readonly windowSize: number
-  readonly windowStart: number
+  readonly windowSizeMs: number
+  readonly windowStartMs: number
 }
 
 const TAIL = /^\}:(\d+):(-?\d+)$/
@@ -71,5 +85,5 @@ export function parseWindowName(name: string, head: string): ParsedName | undefi
   if (close < 0) return undefined
   const tail = TAIL.exec(name.slice(close))
   if (tail === null) return undefined
-  return { key: decodeKey(name.slice(head.length, close)), windowSize: Number(tail[1]), windowStart: Number(tail[2]) }
+  return { key: decodeKey(name.slice(head.length, close)), windowSizeMs: Number(tail[1]), windowStartMs: Number(tail[2]) }
 }

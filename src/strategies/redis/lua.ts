@@ -9,21 +9,12 @@
  * write by the difference it makes and set to 0 by a reset. A row costs one HMGET however many
  * nodes write the key (no HGETALL).
  */
-import { createHash } from 'node:crypto'
-
-/** A script with its SHA1, as EVALSHA wants it. */
-export interface LuaScript {
-  readonly source: string
-  readonly sha: string
-}
-
-function script(source: string): LuaScript {
-  return { source: source.trim(), sha: createHash('sha1').update(source.trim()).digest('hex') }
-}
+import { luaScript as script } from './scripts.js'
 
 /**
  * Writes a node's cumulative counts (when the batch's seq is newer than the one held), sets the
- * absolute expiry, and reads back every key's total and the node's own count.
+ * absolute expiry, and reads back every key's total and the node's own count. A write refused
+ * for its seq is answered as if applied in its place (its count, the others' as stored).
  *
  * KEYS: the key-windows; the first `n` are written, the rest only read.
  * ARGV: nonce, nodeId, seq, n, then per written key: count, expire-at (epoch ms).
@@ -40,13 +31,15 @@ for i = 1, #KEYS do
   local held = redis.call('HMGET', key, 't', cfield, sfield)
   local total, own = held[1] or '0', held[2] or '0'
   if i <= n then
+    local count = ARGV[3 + 2 * i]
+    -- the others' share first, then this node's count: exact when the node is alone
+    local answer = string.format('%.17g', (tonumber(total) - tonumber(own)) + tonumber(count))
     if not held[3] or tonumber(held[3]) < seqn then
-      local count = ARGV[3 + 2 * i]
-      -- the others' share first, then this node's new count: exact when the node is alone
-      total = string.format('%.17g', (tonumber(total) - tonumber(own)) + tonumber(count))
-      own = count
-      redis.call('HSET', key, cfield, count, sfield, seq, 't', total)
+      redis.call('HSET', key, cfield, count, sfield, seq, 't', answer)
     end
+    -- written or refused (an older seq), the write is answered in its place in the node's sequence
+    total = answer
+    own = count
     -- t exists exactly when the key does, and every key is created here with its expiry
     -- (absolute, the same for every write of the window): set it once, on creation
     if not held[1] then redis.call('PEXPIREAT', key, ARGV[4 + 2 * i]) end

@@ -1,74 +1,23 @@
 import { randomBytes } from 'node:crypto'
-import { Redis } from 'ioredis'
-import { ConfigError, StoreError } from '../../core/errors.js'
-import { type CounterRow, type DiffBatch, type Strategy, type WindowPush, type WindowRef, windowExpiresAtMs } from '../../core/strategy.js'
-import { windowStartSec } from '../../core/window.js'
+import { StoreError } from '../../core/errors.js'
+import {
+  type CounterRow,
+  currentAndPrevious,
+  type DiffBatch,
+  type Strategy,
+  type WindowPush,
+  type WindowRef,
+  windowExpiresAtMs,
+} from '../../core/strategy.js'
+import { withTimeout } from '../../core/timeout.js'
+import { BUILT_IN_STORES } from '../capabilities.js'
 import { CallPlan, type RowRef, type ScriptCall } from './call-plan.js'
-import { encodeKey, namespaceHead, namespacePattern, type ParsedName, parseWindowName, windowName } from './key-names.js'
+import { encodeKey, namespaceHead, type ParsedName, windowName } from './key-names.js'
 import { keySlot } from './key-slot.js'
-import { type LuaScript, PUSH, RESET } from './lua.js'
-
-/**
- * The commands the strategy sends on one connection. An ioredis `Redis` has them; so does each
- * master of an ioredis `Cluster`. Bring any client that does (a small adapter is enough).
- */
-export interface RedisCommands {
-  evalsha(sha: string, numKeys: number, ...keysAndArgs: string[]): Promise<unknown>
-  eval(script: string, numKeys: number, ...keysAndArgs: string[]): Promise<unknown>
-  scan(cursor: string, matchToken: 'MATCH', pattern: string, countToken: 'COUNT', count: number): Promise<[string, string[]]>
-  unlink(...keys: string[]): Promise<number>
-}
-
-/**
- * What the strategy needs from a client: an ioredis `Redis` or `Cluster` fits as it is.
- * A cluster client is recognised by its `nodes('master')` method (SCAN runs on every master).
- */
-export interface RedisClientLike extends RedisCommands {
-  /** Closes the connection; called by `close()` only on a client the strategy created from `url`. */
-  quit(): Promise<unknown>
-  /** Called with `true` to reconnect when replies arrive out of order (see docs/STORES-redis.md). */
-  disconnect?(reconnect?: boolean): void
-  /** The connection state; `close()` sends QUIT only when it is "ready". */
-  readonly status?: string
-  /** A cluster client's master connections. */
-  nodes?(role: 'master'): RedisCommands[]
-}
-
-/** Options of {@link RedisStrategy}: give `client` or `url`, not both. */
-export interface RedisStrategyOptions {
-  /** An ioredis `Redis` or `Cluster` you own; the strategy never closes it. */
-  readonly client?: RedisClientLike
-  /**
-   * A `redis://` or `rediss://` URL: the strategy creates an ioredis `Redis` and closes it on
-   * `close()`. For a Redis Cluster pass `client: new Cluster([...])`.
-   */
-  readonly url?: string
-  /** First part of every key name; no braces (they would break the hash tag). @default "rl" */
-  readonly prefix?: string
-  /** How long a window outlives the two windows a rate can read, ms (covers clock skew). @default 10_000 */
-  readonly graceMs?: number
-  /** COUNT hint of each SCAN step in `getCounters` and `purge`. @default 1000 */
-  readonly scanCount?: number
-  /**
-   * For a single, unsharded Redis server only: send a sync as script calls of up to 512
-   * key-windows whatever their hash slots, instead of one call per slot. Fewer commands per sync
-   * (2 instead of about 1,000 for 1,000 keys); refused with a cluster client, and a sharding
-   * proxy (Redis Enterprise, Envoy, serverless offerings) would answer CROSSSLOT.
-   * @default false
-   */
-  readonly batchAcrossSlots?: boolean
-}
-
-// Most key-windows in one script call when batching across slots: bounds the time one call holds Redis.
-const CHUNK_SIZE = 512
-
-function isNoScript(err: unknown): boolean {
-  return err instanceof Error && err.message.startsWith('NOSCRIPT')
-}
-
-function isPositiveInteger(value: unknown): value is number {
-  return typeof value === 'number' && Number.isInteger(value) && value > 0
-}
+import { PUSH, RESET } from './lua.js'
+import { type RedisClientLike, type RedisCommands, type RedisStrategyOptions, resolveRedisOptions } from './options.js'
+import { scanNamespace } from './scan.js'
+import { evalScript, type LuaScript, redisError } from './scripts.js'
 
 /**
  * The Redis store, for a single node or a Redis Cluster, over ioredis.
@@ -81,15 +30,13 @@ function isPositiveInteger(value: unknown): value is number {
  * one script call per hit. docs/STORES-redis.md has the long form.
  *
  * @example
- * import { Redis } from 'ioredis'
- * import { RedisStrategy } from 'ratelimiting/redis'
+ *  * import { RedisStrategy } from 'ratelimiting/redis'
  * const strategy = new RedisStrategy({ client: new Redis() })
  * rl.new({ namespace: 'api', windowSizes: [60], syncRate: 0.1, strategy })
  */
 export class RedisStrategy implements Strategy {
   readonly name = 'redis'
-  // counts are stored as the shortest decimal that round-trips (String(n)), totals as doubles
-  readonly supportsDecimals = true
+  readonly supportsDecimals = BUILT_IN_STORES.redis.supportsDecimals
   /** First part of every key name. */
   readonly prefix: string
   /** Extra lifetime of a stored window after the two windows a rate can read, ms. */
@@ -108,56 +55,13 @@ export class RedisStrategy implements Strategy {
   private corked = false
 
   constructor(options: RedisStrategyOptions) {
-    if (typeof options !== 'object' || options === null) throw new ConfigError('INVALID_OPTION', 'redis: options must be an object')
-    const { client, url, prefix = 'rl', graceMs = 10_000, scanCount = 1000, batchAcrossSlots = false } = options
-    if (client !== undefined && url !== undefined) throw new ConfigError('INVALID_OPTION', 'redis: give either client or url, not both')
-    if (typeof prefix !== 'string' || prefix.length === 0 || /[{}]/.test(prefix))
-      throw new ConfigError('INVALID_OPTION', `redis: prefix must be a non-empty string without braces, got ${JSON.stringify(prefix)}`)
-    if (typeof graceMs !== 'number' || !Number.isFinite(graceMs) || graceMs < 0)
-      throw new ConfigError('INVALID_OPTION', `redis: graceMs must be a finite number >= 0, got ${String(graceMs)}`)
-    if (!isPositiveInteger(scanCount))
-      throw new ConfigError('INVALID_OPTION', `redis: scanCount must be a positive integer, got ${String(scanCount)}`)
-    if (client !== undefined) {
-      if (typeof client !== 'object' || client === null || typeof client.evalsha !== 'function' || typeof client.scan !== 'function')
-        throw new ConfigError(
-          'INVALID_OPTION',
-          'redis: client must be an ioredis Redis or Cluster (an object with evalsha, eval, scan, unlink)',
-        )
-      const keyPrefix = clientKeyPrefix(client)
-      if (keyPrefix)
-        throw new ConfigError(
-          'INVALID_OPTION',
-          `redis: the client has keyPrefix ${JSON.stringify(keyPrefix)}, which SCAN does not apply; use the strategy's prefix option instead`,
-        )
-      this.client = client
-      this.ownsClient = false
-    } else if (url !== undefined) {
-      if (typeof url !== 'string' || !/^rediss?:\/\//.test(url))
-        throw new ConfigError('INVALID_OPTION', `redis: url must be a redis:// or rediss:// URL, got ${JSON.stringify(url)}`)
-      // One retry per command: an outage fails calls fast (the engine re-pushes on the next
-      // sync) instead of queueing every sync in memory until the server is back. No
-      // auto-pipelining: it sends one batch per connection at a time, so a single lost reply
-      // would stall every later call until the connection drops.
-      const redis = new Redis(url, { maxRetriesPerRequest: 1 })
-      // failures reach callers through the failed calls (the engine's onError); without a
-      // listener ioredis would print every connection error
-      redis.on('error', () => undefined)
-      this.client = redis as unknown as RedisClientLike
-      this.ownsClient = true
-    } else {
-      throw new ConfigError('INVALID_OPTION', 'redis: needs client (an ioredis Redis or Cluster) or url')
-    }
-    if (typeof batchAcrossSlots !== 'boolean')
-      throw new ConfigError('INVALID_OPTION', `redis: batchAcrossSlots must be a boolean, got ${String(batchAcrossSlots)}`)
-    if (batchAcrossSlots && typeof this.client.nodes === 'function')
-      throw new ConfigError(
-        'INVALID_OPTION',
-        'redis: batchAcrossSlots cannot be used with a cluster client (every script call must stay in one slot)',
-      )
-    this.prefix = prefix
-    this.graceMs = graceMs
-    this.scanCount = scanCount
-    this.chunkSize = batchAcrossSlots ? CHUNK_SIZE : 0
+    const resolved = resolveRedisOptions(options)
+    this.client = resolved.client
+    this.ownsClient = resolved.ownsClient
+    this.prefix = resolved.prefix
+    this.graceMs = resolved.graceMs
+    this.scanCount = resolved.scanCount
+    this.chunkSize = resolved.chunkSize
   }
 
   pushDiffs(batch: DiffBatch): Promise<CounterRow[]> {
@@ -177,32 +81,7 @@ export class RedisStrategy implements Strategy {
       return Promise.reject(this.storeError(err))
     }
     const nonce = args[size] as string
-    // send() inlined: one promise reaction per hit instead of two
-    if (this.inFlight > 0 && !this.corked) this.cork()
-    this.inFlight++
-    return this.client.evalsha(PUSH.sha, size, ...args).then(
-      (reply) => {
-        this.inFlight--
-        return this.oneKeyRows(reply, nonce, windows, refresh)
-      },
-      (err: unknown) => {
-        if (!isNoScript(err)) {
-          this.inFlight--
-          throw this.storeError(err)
-        }
-        return this.client
-          .eval(PUSH.source, size, ...args)
-          .finally(() => {
-            this.inFlight--
-          })
-          .then(
-            (reply) => this.oneKeyRows(reply, nonce, windows, refresh),
-            (evalErr: unknown) => {
-              throw this.storeError(evalErr)
-            },
-          )
-      },
-    )
+    return this.send(size, args, (reply) => this.oneKeyRows(reply, nonce, windows, refresh))
   }
 
   // KEYS and ARGV of one call for a batch of one key's windows: its names (written ones first),
@@ -216,31 +95,30 @@ export class RedisStrategy implements Strategy {
       const w = windows[i] as WindowPush
       if (typeof w.count !== 'number' || !Number.isFinite(w.count))
         throw new RangeError(`redis: count of ${JSON.stringify(w.key)} must be a finite number, got ${String(w.count)}`)
-      args.push(windowName(head, encoded, w.windowSize, w.windowStart))
+      args.push(windowName(head, encoded, w.windowSizeMs, w.windowStartMs))
     }
     for (let i = 0; i < refresh.length; i++) {
       const r = refresh[i] as WindowRef
-      args.push(windowName(head, encoded, r.windowSize, r.windowStart))
+      args.push(windowName(head, encoded, r.windowSizeMs, r.windowStartMs))
     }
     args.push(this.nonce(), batch.nodeId, String(batch.seq), String(windows.length))
     for (let i = 0; i < windows.length; i++) {
       const w = windows[i] as WindowPush
-      args.push(String(w.count), String(windowExpiresAtMs(w.windowStart, w.windowSize, this.graceMs)))
+      args.push(String(w.count), String(windowExpiresAtMs(w.windowStartMs, w.windowSizeMs, this.graceMs)))
     }
     return args
   }
 
   private oneKeyRows(reply: unknown, nonce: string, windows: readonly WindowPush[], refresh: readonly WindowRef[]): CounterRow[] {
     const count = windows.length + refresh.length
-    const parts = typeof reply === 'string' ? reply.split(' ') : undefined
-    if (parts === undefined || parts[0] !== nonce || parts.length !== 1 + 2 * count) this.desync('pushDiffs', reply)
+    const parts = this.replyParts(reply, nonce, count)
     const rows = new Array<CounterRow>(count)
     for (let i = 0; i < count; i++) {
       const ref = (i < windows.length ? windows[i] : refresh[i - windows.length]) as WindowRef
       rows[i] = {
         key: ref.key,
-        windowStart: ref.windowStart,
-        windowSize: ref.windowSize,
+        windowStartMs: ref.windowStartMs,
+        windowSizeMs: ref.windowSizeMs,
         count: Number(parts[1 + 2 * i]),
         own: Number(parts[2 + 2 * i]),
       }
@@ -257,7 +135,7 @@ export class RedisStrategy implements Strategy {
       const w = windows[i] as DiffBatch['windows'][number]
       if (typeof w.count !== 'number' || !Number.isFinite(w.count))
         throw new RangeError(`redis: count of ${JSON.stringify(w.key)} must be a finite number, got ${String(w.count)}`)
-      plan.write(w, String(w.count), String(windowExpiresAtMs(w.windowStart, w.windowSize, this.graceMs)), i)
+      plan.write(w, String(w.count), String(windowExpiresAtMs(w.windowStartMs, w.windowSizeMs, this.graceMs)), i)
     }
     for (let j = 0; j < refresh.length; j++) plan.read(refresh[j] as RowRef, windows.length + j)
     const calls = plan.calls
@@ -271,19 +149,15 @@ export class RedisStrategy implements Strategy {
     return rows
   }
 
-  async *getCounters(namespace: string, windowSizes: readonly number[], timeSec: number, nodeId = ''): AsyncIterable<CounterRow> {
+  async *getCounters(namespace: string, windowSizesMs: readonly number[], nowMs: number, nodeId = ''): AsyncIterable<CounterRow> {
     const head = this.head(namespace)
-    const wanted = new Set<string>()
-    for (const size of windowSizes) {
-      const start = windowStartSec(timeSec * 1000, size)
-      wanted.add(`${size}:${start}`).add(`${size}:${start - size}`)
-    }
+    const wanted = new Set(currentAndPrevious(nowMs, windowSizesMs).map((w) => `${w.windowSizeMs}:${w.windowStartMs}`))
     try {
-      for await (const found of this.scanNamespace(head)) {
+      for await (const found of scanNamespace(await this.masters(), head, this.scanCount, (reply) => this.desync('scan', reply))) {
         const names: string[] = []
         const refs: ParsedName[] = []
         for (const { name, parsed } of found) {
-          if (!wanted.has(`${parsed.windowSize}:${parsed.windowStart}`)) continue
+          if (!wanted.has(`${parsed.windowSizeMs}:${parsed.windowStartMs}`)) continue
           names.push(name)
           refs.push(parsed)
         }
@@ -294,24 +168,20 @@ export class RedisStrategy implements Strategy {
     }
   }
 
-  async getWindow(key: string, namespace: string, windowStart: number, windowSize: number, nodeId = ''): Promise<CounterRow> {
-    const name = windowName(this.head(namespace), encodeKey(key), windowSize, windowStart)
+  async getWindow(key: string, namespace: string, windowStartMs: number, windowSizeMs: number, nodeId = ''): Promise<CounterRow> {
+    const name = windowName(this.head(namespace), encodeKey(key), windowSizeMs, windowStartMs)
     try {
-      const [row] = await this.readNames([name], [{ key, windowStart, windowSize }], nodeId)
+      const [row] = await this.readNames([name], [{ key, windowStartMs, windowSizeMs }], nodeId)
       return row as CounterRow
     } catch (err) {
       throw this.storeError(err)
     }
   }
 
-  async resetKey(namespace: string, key: string, windowSizes: readonly number[], nowMs: number): Promise<void> {
+  async resetKey(namespace: string, key: string, windowSizesMs: readonly number[], nowMs: number): Promise<void> {
     const head = this.head(namespace)
     const encoded = encodeKey(key)
-    const names: string[] = []
-    for (const size of windowSizes) {
-      const start = windowStartSec(nowMs, size)
-      names.push(windowName(head, encoded, size, start), windowName(head, encoded, size, start - size))
-    }
+    const names = currentAndPrevious(nowMs, windowSizesMs).map((w) => windowName(head, encoded, w.windowSizeMs, w.windowStartMs))
     // one call: every window of one key shares the hash tag, so the reset is atomic across sizes
     const nonce = this.nonce()
     try {
@@ -327,13 +197,13 @@ export class RedisStrategy implements Strategy {
    * `graceMs`). Redis expires them by itself (every write sets PEXPIREAT), so production code
    * never needs this; it is a SCAN of the namespace for tests and for clocks ahead of the server.
    */
-  async purge(namespace: string, _windowSizes: readonly number[], nowMs: number): Promise<void> {
+  async purge(namespace: string, _windowSizesMs: readonly number[], nowMs: number): Promise<void> {
     const head = this.head(namespace)
     try {
-      for await (const found of this.scanNamespace(head)) {
+      for await (const found of scanNamespace(await this.masters(), head, this.scanCount, (reply) => this.desync('scan', reply))) {
         const bySlot = new Map<number, string[]>()
         for (const { name, parsed } of found) {
-          if (windowExpiresAtMs(parsed.windowStart, parsed.windowSize, this.graceMs) > nowMs) continue
+          if (windowExpiresAtMs(parsed.windowStartMs, parsed.windowSizeMs, this.graceMs) > nowMs) continue
           const slot = this.chunkSize > 0 ? 0 : keySlot(name)
           const names = bySlot.get(slot)
           if (names === undefined) bySlot.set(slot, [name])
@@ -354,15 +224,7 @@ export class RedisStrategy implements Strategy {
   async close(): Promise<void> {
     if (!this.ownsClient) return
     const client = this.client
-    if (client.status === 'ready') {
-      let timer: NodeJS.Timeout | undefined
-      const bound = new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, 1000)
-        timer.unref()
-      })
-      await Promise.race([client.quit().catch(() => undefined), bound])
-      clearTimeout(timer)
-    }
+    if (client.status === 'ready') await withTimeout(client.quit(), 1000, this.name, 'quit').catch(() => undefined)
     client.disconnect?.()
   }
 
@@ -411,29 +273,29 @@ export class RedisStrategy implements Strategy {
   private runCall(call: ScriptCall, nodeId: string, seq: string, rows: CounterRow[]): Promise<void> {
     const nonce = this.nonce()
     const numKeys = call.names.length
-    return this.send(numKeys, this.argv(call, nonce, nodeId, seq)).then((reply) =>
+    return this.send(numKeys, this.argv(call, nonce, nodeId, seq), (reply) =>
       this.fillRows(reply, nonce, numKeys, call.refs, call.rowIndex, rows),
     )
   }
 
-  // One PUSH call: EVALSHA, and EVAL when the server has forgotten the script. Counts the calls
-  // in flight, and corks the socket for this tick when others are already waiting (see cork()).
-  private send(numKeys: number, keysAndArgs: string[]): Promise<unknown> {
+  // One PUSH call (evalScript: EVALSHA, EVAL on NOSCRIPT), `read` applied to its reply in the
+  // same reaction; failures become StoreErrors. Counts the calls in flight, and corks the socket
+  // for this tick when others are already waiting (see cork()).
+  private send<T>(numKeys: number, keysAndArgs: string[], read: (reply: unknown) => T): Promise<T> {
     if (this.inFlight > 0 && !this.corked) this.cork()
     this.inFlight++
-    return this.client.evalsha(PUSH.sha, numKeys, ...keysAndArgs).then(
+    return evalScript(
+      this.client,
+      PUSH,
+      numKeys,
+      keysAndArgs,
       (reply) => {
         this.inFlight--
-        return reply
+        return read(reply)
       },
-      (err: unknown) => {
-        if (!isNoScript(err)) {
-          this.inFlight--
-          throw err
-        }
-        return this.client.eval(PUSH.source, numKeys, ...keysAndArgs).finally(() => {
-          this.inFlight--
-        })
+      (err) => {
+        this.inFlight--
+        throw this.storeError(err)
       },
     )
   }
@@ -454,6 +316,13 @@ export class RedisStrategy implements Strategy {
     })
   }
 
+  // The totals of a PUSH reply: the nonce, then per key-window its total and own count.
+  private replyParts(reply: unknown, nonce: string, count: number): string[] {
+    const parts = typeof reply === 'string' ? reply.split(' ') : undefined
+    if (parts === undefined || parts[0] !== nonce || parts.length !== 1 + 2 * count) this.desync('pushDiffs', reply)
+    return parts
+  }
+
   private fillRows(
     reply: unknown,
     nonce: string,
@@ -462,14 +331,13 @@ export class RedisStrategy implements Strategy {
     rowIndex: readonly number[],
     rows: CounterRow[],
   ): void {
-    const parts = typeof reply === 'string' ? reply.split(' ') : undefined
-    if (parts === undefined || parts[0] !== nonce || parts.length !== 1 + 2 * count) this.desync('pushDiffs', reply)
+    const parts = this.replyParts(reply, nonce, count)
     for (let i = 0; i < count; i++) {
       const ref = refs[i] as RowRef
       rows[rowIndex[i] as number] = {
         key: ref.key,
-        windowStart: ref.windowStart,
-        windowSize: ref.windowSize,
+        windowStartMs: ref.windowStartMs,
+        windowSizeMs: ref.windowSizeMs,
         count: Number(parts[1 + 2 * i]),
         own: Number(parts[2 + 2 * i]),
       }
@@ -477,41 +345,7 @@ export class RedisStrategy implements Strategy {
   }
 
   private run(script: LuaScript, keys: readonly string[], args: readonly string[]): Promise<unknown> {
-    return this.evalsha(script, keys.length, [...keys, ...args])
-  }
-
-  // EVALSHA, and EVAL when the server has forgotten the script (restart, SCRIPT FLUSH, failover):
-  // EVAL also caches it, so the next EVALSHA finds it again.
-  private async evalsha(script: LuaScript, numKeys: number, keysAndArgs: string[]): Promise<unknown> {
-    try {
-      return await this.client.evalsha(script.sha, numKeys, ...keysAndArgs)
-    } catch (err) {
-      if (!isNoScript(err)) throw err
-      return await this.client.eval(script.source, numKeys, ...keysAndArgs)
-    }
-  }
-
-  // Yields, page by page, the parsed names of every key-window of a namespace, on every master.
-  private async *scanNamespace(head: string): AsyncGenerator<Array<{ name: string; parsed: ParsedName }>> {
-    const pattern = namespacePattern(head)
-    const seen = new Set<string>()
-    for (const node of await this.masters()) {
-      let cursor = '0'
-      do {
-        const reply = await node.scan(cursor, 'MATCH', pattern, 'COUNT', this.scanCount)
-        if (!Array.isArray(reply) || typeof reply[0] !== 'string' || !Array.isArray(reply[1])) this.desync('scan', reply)
-        cursor = reply[0]
-        const page: Array<{ name: string; parsed: ParsedName }> = []
-        for (const name of reply[1]) {
-          // SCAN may return a name twice; a slot migrating mid-scan may show it on two masters
-          if (seen.has(name)) continue
-          seen.add(name)
-          const parsed = parseWindowName(name, head)
-          if (parsed !== undefined) page.push({ name, parsed })
-        }
-        if (page.length > 0) yield page
-      } while (cursor !== '0')
-    }
+    return evalScript(this.client, script, keys.length, [...keys, ...args], (reply) => reply)
   }
 
   private async masters(): Promise<RedisCommands[]> {
@@ -543,17 +377,6 @@ export class RedisStrategy implements Strategy {
   }
 
   private storeError(err: unknown): StoreError {
-    if (err instanceof StoreError) return err
-    if (err instanceof RangeError) return new StoreError('STORE_ERROR', this.name, err.message, { cause: err })
-    const error = err instanceof Error ? err : undefined
-    // a ReplyError is the server refusing the command; anything else is the connection
-    const code = error?.name === 'ReplyError' ? 'STORE_ERROR' : 'STORE_UNAVAILABLE'
-    return new StoreError(code, this.name, error?.message ?? String(err), { cause: err })
+    return redisError(err, this.name)
   }
-}
-
-function clientKeyPrefix(client: object): string | undefined {
-  const options = (client as { options?: { keyPrefix?: unknown; redisOptions?: { keyPrefix?: unknown } } }).options
-  const keyPrefix = options?.keyPrefix ?? options?.redisOptions?.keyPrefix
-  return typeof keyPrefix === 'string' ? keyPrefix : undefined
 }

@@ -3,7 +3,7 @@
  * kept beside them: what the fault tests of every store share.
  */
 import assert from 'node:assert/strict'
-import type { RateLimiting } from '../../src/core/rate-limiting.js'
+import type { RateLimiting } from '../core/rate-limiting.js'
 
 export interface Fleet {
   readonly instances: RateLimiting[]

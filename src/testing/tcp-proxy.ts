@@ -12,20 +12,24 @@ export type ProxyMode = 'pass' | 'swallow-replies' | 'blackhole' | 'refuse'
 export interface TcpProxy {
   readonly port: number
   mode: ProxyMode
-  /** Destroys every open connection (the client sees a reset). */
-  cutConnections(): void
+  /** Destroys every open connection (the client sees a reset); returns how many clients were cut. */
+  cutConnections(): number
   close(): Promise<void>
 }
 
 /** Starts a proxy on a free loopback port in front of `targetHost:targetPort`. */
 export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
   const sockets = new Set<net.Socket>()
+  const clientSockets = new Set<net.Socket>()
   const proxy: TcpProxy = {
     port: 0,
     mode: 'pass',
     cutConnections() {
+      const clients = clientSockets.size
       for (const s of sockets) s.destroy()
       sockets.clear()
+      clientSockets.clear()
+      return clients
     },
     async close() {
       proxy.cutConnections()
@@ -41,11 +45,13 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
     const upstream = net.connect(targetPort, targetHost)
     sockets.add(client)
     sockets.add(upstream)
+    clientSockets.add(client)
     const drop = () => {
       client.destroy()
       upstream.destroy()
       sockets.delete(client)
       sockets.delete(upstream)
+      clientSockets.delete(client)
     }
     client.on('error', drop).on('close', drop)
     upstream.on('error', drop).on('close', drop)

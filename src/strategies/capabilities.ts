@@ -1,0 +1,14 @@
+/**
+ * What the engine must know of each built-in store before its module (and its driver) loads:
+ * `rl.new({ strategy: 'memcached' })` refuses decimal values per hit from the first one. The one
+ * place this is written; each store class and the root entry's registrations read it here.
+ */
+export const BUILT_IN_STORES = {
+  memory: { supportsDecimals: true },
+  // counts as the shortest decimal that round-trips (String(n)), totals as doubles
+  redis: { supportsDecimals: true },
+  // counts are numeric: decimals held and summed exactly
+  postgres: { supportsDecimals: true },
+  // a log of integer entries
+  memcached: { supportsDecimals: false },
+} as const

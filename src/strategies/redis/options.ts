@@ -1,0 +1,131 @@
+import { Redis } from 'ioredis'
+import { ConfigError } from '../../core/errors.js'
+
+/**
+ * The commands the strategy sends on one connection. An ioredis `Redis` has them; so does each
+ * master of an ioredis `Cluster`. Bring any client that does (a small adapter is enough).
+ */
+export interface RedisCommands {
+  evalsha(sha: string, numKeys: number, ...keysAndArgs: string[]): Promise<unknown>
+  eval(script: string, numKeys: number, ...keysAndArgs: string[]): Promise<unknown>
+  scan(cursor: string, matchToken: 'MATCH', pattern: string, countToken: 'COUNT', count: number): Promise<[string, string[]]>
+  unlink(...keys: string[]): Promise<number>
+}
+
+/**
+ * What the strategy needs from a client: an ioredis `Redis` or `Cluster` fits as it is.
+ * A cluster client is recognised by its `nodes('master')` method (SCAN runs on every master).
+ */
+export interface RedisClientLike extends RedisCommands {
+  /** Closes the connection; called by `close()` only on a client the strategy created from `url`. */
+  quit(): Promise<unknown>
+  /** Called with `true` to reconnect when replies arrive out of order (see docs/STORES-redis.md). */
+  disconnect?(reconnect?: boolean): void
+  /** The connection state; `close()` sends QUIT only when it is "ready". */
+  readonly status?: string
+  /** A cluster client's master connections. */
+  nodes?(role: 'master'): RedisCommands[]
+}
+
+/** Options of {@link RedisStrategy}: give `client` or `url`, not both. */
+export interface RedisStrategyOptions {
+  /** An ioredis `Redis` or `Cluster` you own; the strategy never closes it. */
+  readonly client?: RedisClientLike
+  /**
+   * A `redis://` or `rediss://` URL: the strategy creates an ioredis `Redis` and closes it on
+   * `close()`. For a Redis Cluster pass `client: new Cluster([...])`.
+   */
+  readonly url?: string
+  /** First part of every key name; no braces (they would break the hash tag). @default "rl" */
+  readonly prefix?: string
+  /** How long a window outlives the two windows a rate can read, ms (covers clock skew). @default 10_000 */
+  readonly graceMs?: number
+  /** COUNT hint of each SCAN step in `getCounters` and `purge`. @default 1000 */
+  readonly scanCount?: number
+  /**
+   * For a single, unsharded Redis server only: send a sync as script calls of up to 512
+   * key-windows whatever their hash slots, instead of one call per slot. Fewer commands per sync
+   * (2 instead of about 1,000 for 1,000 keys); refused with a cluster client, and a sharding
+   * proxy (Redis Enterprise, Envoy, serverless offerings) would answer CROSSSLOT.
+   * @default false
+   */
+  readonly batchAcrossSlots?: boolean
+}
+
+// Most key-windows in one script call when batching across slots: bounds the time one call holds Redis.
+const CHUNK_SIZE = 512
+
+/** {@link RedisStrategyOptions} checked, with the client made from `url` when given. */
+export interface ResolvedRedisOptions {
+  readonly client: RedisClientLike
+  /** Whether the strategy made the client (from `url`) and so closes it. */
+  readonly ownsClient: boolean
+  readonly prefix: string
+  readonly graceMs: number
+  readonly scanCount: number
+  /** Most key-windows per script call, or 0 to split by hash slot. */
+  readonly chunkSize: number
+}
+
+function isPositiveInteger(value: unknown): value is number {
+  return typeof value === 'number' && Number.isInteger(value) && value > 0
+}
+
+/** Checks the options once, naming the one refused; makes an ioredis client from `url`. */
+export function resolveRedisOptions(options: RedisStrategyOptions): ResolvedRedisOptions {
+  let resolvedClient: RedisClientLike
+  let ownsClient: boolean
+  if (typeof options !== 'object' || options === null) throw new ConfigError('INVALID_OPTION', 'redis: options must be an object')
+  const { client, url, prefix = 'rl', graceMs = 10_000, scanCount = 1000, batchAcrossSlots = false } = options
+  if (client !== undefined && url !== undefined) throw new ConfigError('INVALID_OPTION', 'redis: give either client or url, not both')
+  if (typeof prefix !== 'string' || prefix.length === 0 || /[{}]/.test(prefix))
+    throw new ConfigError('INVALID_OPTION', `redis: prefix must be a non-empty string without braces, got ${JSON.stringify(prefix)}`)
+  if (typeof graceMs !== 'number' || !Number.isFinite(graceMs) || graceMs < 0)
+    throw new ConfigError('INVALID_OPTION', `redis: graceMs must be a finite number >= 0, got ${String(graceMs)}`)
+  if (!isPositiveInteger(scanCount))
+    throw new ConfigError('INVALID_OPTION', `redis: scanCount must be a positive integer, got ${String(scanCount)}`)
+  if (typeof batchAcrossSlots !== 'boolean')
+    throw new ConfigError('INVALID_OPTION', `redis: batchAcrossSlots must be a boolean, got ${String(batchAcrossSlots)}`)
+  if (client !== undefined) {
+    if (typeof client !== 'object' || client === null || typeof client.evalsha !== 'function' || typeof client.scan !== 'function')
+      throw new ConfigError(
+        'INVALID_OPTION',
+        'redis: client must be an ioredis Redis or Cluster (an object with evalsha, eval, scan, unlink)',
+      )
+    const keyPrefix = clientKeyPrefix(client)
+    if (keyPrefix)
+      throw new ConfigError(
+        'INVALID_OPTION',
+        `redis: the client has keyPrefix ${JSON.stringify(keyPrefix)}, which SCAN does not apply; use the strategy's prefix option instead`,
+      )
+    if (batchAcrossSlots && typeof client.nodes === 'function')
+      throw new ConfigError(
+        'INVALID_OPTION',
+        'redis: batchAcrossSlots cannot be used with a cluster client (every script call must stay in one slot)',
+      )
+    resolvedClient = client
+    ownsClient = false
+  } else if (url !== undefined) {
+    if (typeof url !== 'string' || !/^rediss?:\/\//.test(url))
+      throw new ConfigError('INVALID_OPTION', `redis: url must be a redis:// or rediss:// URL, got ${JSON.stringify(url)}`)
+    // One retry per command: an outage fails calls fast (the engine re-pushes on the next
+    // sync) instead of queueing every sync in memory until the server is back. No
+    // auto-pipelining: it sends one batch per connection at a time, so a single lost reply
+    // would stall every later call until the connection drops.
+    const redis = new Redis(url, { maxRetriesPerRequest: 1 })
+    // failures reach callers through the failed calls (the engine's onError); without a
+    // listener ioredis would print every connection error
+    redis.on('error', () => undefined)
+    resolvedClient = redis as unknown as RedisClientLike
+    ownsClient = true
+  } else {
+    throw new ConfigError('INVALID_OPTION', 'redis: needs client (an ioredis Redis or Cluster) or url')
+  }
+  return { client: resolvedClient, ownsClient, prefix, graceMs, scanCount, chunkSize: batchAcrossSlots ? CHUNK_SIZE : 0 }
+}
+
+function clientKeyPrefix(client: object): string | undefined {
+  const options = (client as { options?: { keyPrefix?: unknown; redisOptions?: { keyPrefix?: unknown } } }).options
+  const keyPrefix = options?.keyPrefix ?? options?.redisOptions?.keyPrefix
+  return typeof keyPrefix === 'string' ? keyPrefix : undefined
+}
