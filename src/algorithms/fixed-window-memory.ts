@@ -8,11 +8,22 @@ export interface MemoryFixedWindowOptions extends MemoryAlgorithmOptions {
   readonly countDenied?: boolean
 }
 
+// Ids in `order` before `head` that were evicted: dropped from the array once they are this many
+// and half of it, so the array costs O(1) amortized per insertion.
+const COMPACT_AFTER = 1024
+
 // The counters of the current bucket. Buckets are aligned to the epoch, so every user shares
 // the bucket index: when it moves on, the whole map is dropped at once (no timer, no sweep).
+//
+// Eviction takes the oldest id from `order`, the ids in insertion order, in O(1). It does not
+// ask the Map for its first key: after many deletions V8's Map walks past every deleted entry
+// to find it (O(n) per eviction). An id reset meanwhile is skipped; one reset and stored again
+// sits in `order` twice, and its first place makes it evicted early: resets are rare (admin).
 class Buckets {
   index = Number.NaN
   readonly counts = new Map<string, number>()
+  private order: string[] = []
+  private head = 0
   constructor(readonly maxKeys: number) {}
 
   /** The map of the bucket `index`, emptied first when the bucket moved on. */
@@ -20,8 +31,25 @@ class Buckets {
     if (index !== this.index) {
       this.index = index
       this.counts.clear()
+      this.order = []
+      this.head = 0
     }
     return this.counts
+  }
+
+  /** Stores the first count of `userId` in the current bucket, evicting the oldest user when full. */
+  add(userId: string, count: number): void {
+    const counts = this.counts
+    if (counts.size >= this.maxKeys) {
+      const order = this.order
+      while (this.head < order.length && !counts.delete(order[this.head++] as string));
+      if (this.head >= COMPACT_AFTER && this.head * 2 >= order.length) {
+        this.order = order.slice(this.head)
+        this.head = 0
+      }
+    }
+    counts.set(userId, count)
+    this.order.push(userId)
   }
 }
 
@@ -29,8 +57,9 @@ class Buckets {
  * The seed's fixed window in process memory: one counter per user per bucket
  * `floor(now / windowMs)`, admitted while the counter (this request included) is at most the
  * limit. A user can burst to twice the limit across a bucket boundary: the algorithm's known
- * trade-off. Memory is bounded: a finished bucket is dropped whole, and at most `maxKeys`
- * users are held (the user stored longest ago is forgotten first).
+ * trade-off. A cost above the limit is denied without being counted. Memory is bounded: a
+ * finished bucket is dropped whole, and at most `maxKeys` users are held (the user stored
+ * longest ago is forgotten first, in O(1)).
  *
  * @example
  * const fw = new MemoryFixedWindow({ limit: 100, windowMs: 60_000 })
@@ -67,13 +96,9 @@ export class MemoryFixedWindow implements RateLimitAlgorithm {
     const before = counts.get(userId)
     let count = (before ?? 0) + cost
     const allowed = count <= this.limit
-    if (allowed || this.countDenied) {
-      if (before === undefined && counts.size >= this.buckets.maxKeys) {
-        // Map iterates in insertion order: the first key is the one stored longest ago
-        const oldest = counts.keys().next().value as string
-        counts.delete(oldest)
-      }
-      counts.set(userId, count)
+    if (allowed || (this.countDenied && cost <= this.limit)) {
+      if (before === undefined) this.buckets.add(userId, count)
+      else counts.set(userId, count)
     } else {
       count -= cost
     }

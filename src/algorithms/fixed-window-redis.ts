@@ -1,7 +1,8 @@
 import type { Clock } from '../core/clock.js'
 import { DELETE_KEY, FIXED_WINDOW_CHECK, FIXED_WINDOW_PEEK } from './lua.js'
+import type { KeyNames } from './keys.js'
 import { checkRequest, fixedWindowResult, resolveRedisOptions } from './options.js'
-import { integers, runScript } from './redis-script.js'
+import { runScript } from './redis-script.js'
 import type { AlgorithmResult, RateLimitAlgorithm, RedisAlgorithmOptions, RedisScriptClient } from './types.js'
 
 /** Options of {@link RedisFixedWindow}. */
@@ -12,10 +13,11 @@ export interface RedisFixedWindowOptions extends RedisAlgorithmOptions {
 
 /**
  * The seed's fixed window on Redis, with its exact data: a STRING counter per user per bucket
- * at `<prefix>:{userId}:<window>` (window = `floor(now / windowMs)`, so
- * `rlaas:rate_limit:{u1}:28333333` for a 60 s window), `INCR` (`INCRBY cost`), and `EXPIRE
+ * at `<prefix>:<userId>:<window>` (window = `floor(now / windowMs)`, so
+ * `rlaas:rate_limit:u1:28333333` for a 60 s window), `INCR` (`INCRBY cost`), and `EXPIRE
  * windowSize` when the call created the key; admitted iff the counter is at most the limit.
- * One script, so the count, the decision and the expiry are atomic.
+ * One script, so the count, the decision and the expiry are atomic. A cost above the limit is
+ * denied without being written. With a `scope`, the key is `<prefix>@<scope>:fixed:<userId>:<window>`.
  *
  * Time is the client's clock, passed to Redis as the bucket in the key name: every key the
  * script touches is then declared in KEYS (Redis Cluster requires it), and tests can move time.
@@ -31,7 +33,7 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
   readonly store = 'redis'
   readonly limit: number
   readonly windowMs: number
-  readonly prefix: string
+  readonly keys: KeyNames
   readonly countDenied: boolean
   private readonly client: RedisScriptClient
   private readonly clock: Clock
@@ -46,7 +48,7 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
     this.limit = resolved.limit
     this.windowMs = resolved.windowMs
     this.clock = resolved.clock
-    this.prefix = resolved.prefix
+    this.keys = resolved.keys
     this.timeoutMs = resolved.timeoutMs
     this.client = options.client
     this.countDenied = options.countDenied ?? true
@@ -55,23 +57,24 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
     this.ttl = String(this.ttlUnit === 's' ? this.windowMs / 1000 : this.windowMs)
   }
 
-  /** The key of `userId`'s bucket at `nowMs`: `<prefix>:{userId}:<floor(nowMs / windowMs)>`. */
+  /** The key of `userId`'s bucket at `nowMs`: `<prefix>:<userId>:<floor(nowMs / windowMs)>` without a scope. */
   key(userId: string, nowMs: number = this.clock()): string {
-    return `${this.prefix}:{${userId}}:${Math.floor(nowMs / this.windowMs)}`
+    return this.keys.fixedWindow(userId, Math.floor(nowMs / this.windowMs))
   }
 
   async check(userId: string, cost = 1): Promise<AlgorithmResult> {
     checkRequest(userId, cost)
     const nowMs = this.clock()
     const index = Math.floor(nowMs / this.windowMs)
-    const reply = await runScript(
+    const [allowedFlag, count] = (await runScript(
       this.client,
       FIXED_WINDOW_CHECK,
-      [`${this.prefix}:{${userId}}:${index}`],
+      [this.keys.fixedWindow(userId, index)],
       [cost, this.limit, this.ttl, this.ttlUnit, this.countDenied ? '1' : '0'],
       this.timeoutMs,
-    )
-    const [allowedFlag, count] = integers(reply, 2, 'fixed window') as [number, number]
+      'fixed window',
+      2,
+    )) as [number, number]
     const allowed = allowedFlag === 1
     return fixedWindowResult(this.limit, this.windowMs, index, nowMs, count, allowed, cost)
   }
@@ -80,8 +83,8 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
     checkRequest(userId, 1)
     const nowMs = this.clock()
     const index = Math.floor(nowMs / this.windowMs)
-    const reply = await runScript(this.client, FIXED_WINDOW_PEEK, [`${this.prefix}:{${userId}}:${index}`], [], this.timeoutMs)
-    const [count] = integers(reply, 1, 'fixed window peek') as [number]
+    const key = this.keys.fixedWindow(userId, index)
+    const [count] = (await runScript(this.client, FIXED_WINDOW_PEEK, [key], [], this.timeoutMs, 'fixed window peek', 1)) as [number]
     const allowed = count + 1 <= this.limit
     return fixedWindowResult(this.limit, this.windowMs, index, nowMs, count, allowed, 1)
   }
@@ -89,7 +92,7 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
   /** Deletes the user's current bucket (older buckets no longer count and expire by themselves). */
   async reset(userId: string): Promise<void> {
     checkRequest(userId, 1)
-    await runScript(this.client, DELETE_KEY, [this.key(userId)], [], this.timeoutMs)
+    await runScript(this.client, DELETE_KEY, [this.key(userId)], ['string'], this.timeoutMs, 'fixed window reset', 1)
   }
 
   withLimit(limit: number): RedisFixedWindow {

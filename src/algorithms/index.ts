@@ -1,10 +1,10 @@
 /**
  * `ratelimiting/algorithms`: the RLaaS service's two algorithms, fixed window and exact sliding
- * log, each in memory and on Redis (the seed's key formats and scripts).
+ * log, each in memory and on Redis (the seed's key formats and scripts; docs/SERVICE.md).
  */
 export { MemoryFixedWindow, type MemoryFixedWindowOptions } from './fixed-window-memory.js'
 export { RedisFixedWindow, type RedisFixedWindowOptions } from './fixed-window-redis.js'
-export { DEFAULT_PREFIX } from './options.js'
+export { DEFAULT_PREFIX, KeyNames, type KeyOptions } from './keys.js'
 export { MemorySlidingLog, type MemorySlidingLogOptions } from './sliding-log-memory.js'
 export { RedisSlidingLog, type RedisSlidingLogOptions } from './sliding-log-redis.js'
 export type {

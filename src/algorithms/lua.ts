@@ -1,17 +1,55 @@
-import { luaScript } from './redis-script.js'
+import { luaScript } from '../strategies/redis/scripts.js'
 
 // Every script touches exactly one key, declared in KEYS, so each runs in one Redis Cluster slot
-// whatever the user id; the `{userId}` braces also make it the hash tag, as in the seed.
+// whatever the user id, without a hash tag.
+//
+// Every script also takes a deadline (ARGV, ms on Redis's clock, 0 for none) and returns Redis's
+// time last. A script that Redis runs after its deadline (a server frozen while the request
+// timed out, which resumes later) changes nothing and returns {-1, time}: a request answered 503
+// is never counted afterwards. The service learns the offset between its clock and Redis's from
+// the times returned (redis-script.ts).
+//
+// Keys of another type: without a scope, the sliding log's `<prefix>:<userId>` and the fixed
+// window's `<prefix>:<userId>:<window>` overlap (user `u1:28333333` in the log, user `u1` in
+// bucket 28333333). Both exist only after `use-algo` was switched, while the old keys expire.
+// The fixed window, whose key is derived from its own user, replaces a ZSET in its way (a
+// leftover of the algorithm no longer in use); the sliding log denies a user whose key is a
+// fixed window's counter, without writing, until that counter expires. Neither fails with
+// WRONGTYPE, and neither lets one user reset another's live count.
+
+const CLOCK = `if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local redisNow = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadline = tonumber(ARGV[DEADLINE])
+if deadline > 0 and redisNow > deadline then
+  return {-1, redisNow}
+end
+`
+
+function withClock(deadlineArg: number, body: string): string {
+  return CLOCK.replace('DEADLINE', String(deadlineArg)) + body
+}
 
 /**
  * Fixed window, the seed's script with a cost: `INCRBY` the bucket's string counter, `EXPIRE`
- * it for one window when this call created it, admit iff the counter is at most the limit.
- * KEYS[1] `<prefix>:{userId}:<window>`; ARGV cost, limit, ttl, ttl unit ("s" | "ms"),
- * countDenied ("1" | "0"). Returns { allowed, count }.
+ * it for one window when this call created it, admit iff the counter is at most the limit. A
+ * cost above the limit is denied without being written. KEYS[1] the bucket's key; ARGV cost,
+ * limit, ttl, ttl unit ("s" | "ms"), countDenied ("1" | "0"), deadline.
+ * Returns { allowed, count, redisNow } (or { -1, redisNow } past the deadline).
  */
-export const FIXED_WINDOW_CHECK = luaScript(`local key = KEYS[1]
+export const FIXED_WINDOW_CHECK = luaScript(
+  withClock(
+    6,
+    `local key = KEYS[1]
 local cost = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
+local kind = redis.call('TYPE', key).ok
+if kind ~= 'string' and kind ~= 'none' then
+  redis.call('DEL', key)
+end
+if cost > limit then
+  return {0, tonumber(redis.call('GET', key)) or 0, redisNow}
+end
 local current = redis.call('INCRBY', key, cost)
 if current == cost then
   if ARGV[4] == 's' then
@@ -21,7 +59,7 @@ if current == cost then
   end
 end
 if current <= limit then
-  return {1, current}
+  return {1, current, redisNow}
 end
 if ARGV[5] == '0' then
   current = redis.call('DECRBY', key, cost)
@@ -29,80 +67,159 @@ if ARGV[5] == '0' then
     redis.call('DEL', key)
   end
 end
-return {0, current}
-`)
+return {0, current, redisNow}
+`,
+  ),
+)
 
-/** Fixed window, read only. KEYS[1] the bucket key. Returns { count }. */
-export const FIXED_WINDOW_PEEK = luaScript(`local v = redis.call('GET', KEYS[1])
-return {tonumber(v) or 0}
-`)
+/** Fixed window, read only. KEYS[1] the bucket key; ARGV deadline. Returns { count, redisNow }. */
+export const FIXED_WINDOW_PEEK = luaScript(
+  withClock(
+    1,
+    `if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
+  return {0, redisNow}
+end
+return {tonumber(redis.call('GET', KEYS[1])) or 0, redisNow}
+`,
+  ),
+)
+
+// The sliding log's layout. One member per admitted request, scored by its ms time: `<unique>`
+// for a cost of 1 (the seed's data: ZCARD is the count) and `<unique>:<cost>` above. When some
+// member costs more than 1, the member "#cost" holds the sum of (cost - 1) over the log, as its
+// score negated minus 1 (so it is at most -1: the seed's prune, ZREMRANGEBYSCORE 0 now-window,
+// never removes it, and it sorts first). The count is ZCARD (without "#cost") plus that sum;
+// pruning subtracts the extra cost of the members it removes, each read once when it leaves.
+// The work per request does not depend on the cost.
+function logState(wrongType: string): string {
+  return `local key = KEYS[1]
+local kind = redis.call('TYPE', key).ok
+if kind ~= 'zset' and kind ~= 'none' then
+  local pttl = redis.call('PTTL', key)
+  if pttl < 0 then pttl = window end
+  return ${wrongType}
+end
+local cutoff = now - window
+local extraScore = redis.call('ZSCORE', key, '#cost')
+local extra = 0
+local first = 0
+if extraScore then
+  extra = -tonumber(extraScore) - 1
+  first = 1
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, 0, cutoff)) do
+    local c = string.match(m, ':(%d+)$')
+    if c then extra = extra - (tonumber(c) - 1) end
+  end
+end
+redis.call('ZREMRANGEBYSCORE', key, 0, cutoff)
+local members = redis.call('ZCARD', key) - first
+`
+}
+
+// When the log holds count and a request of cost needs room: the time the request would fit,
+// from the members leaving oldest first. Exact by rank when every member costs 1; otherwise the
+// costs of the oldest 64 are added up, and beyond them the rank bound (each member costs at
+// least 1) gives a time at which the request surely fits.
+const LOG_RETRY = `local function retryAt(count, cost)
+  if cost > limit then return -1 end
+  local need = count + cost - limit
+  local rank = need - 1
+  if extra > 0 then
+    local walked = redis.call('ZRANGE', key, first, first + 63, 'WITHSCORES')
+    local freed = 0
+    for i = 1, #walked, 2 do
+      local c = tonumber(string.match(walked[i], ':(%d+)$') or '1')
+      freed = freed + c
+      if freed >= need then return tonumber(walked[i + 1]) + window end
+    end
+    if rank > members - 1 then rank = members - 1 end
+  end
+  local e = redis.call('ZRANGE', key, first + rank, first + rank, 'WITHSCORES')
+  if e[2] then return tonumber(e[2]) + window end
+  return -1
+end
+local function resetAt()
+  if members == 0 then return -1 end
+  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  return tonumber(newest[2]) + window
+end
+`
 
 /**
  * Sliding log, the seed's script with a cost and the data for Retry-After: prune entries at or
  * before now - window, count, admit iff count + cost <= limit (the seed's count < limit for cost
- * 1) and add cost unique members scored now, PEXPIRE 2 x window, all in one script so two
- * concurrent requests cannot both take the last slot.
- * KEYS[1] `<prefix>:{userId}`; ARGV nowMs, windowMs, limit, cost, member prefix.
- * Returns { allowed, count, retryAtMs or -1, resetAtMs or -1 }.
+ * 1) and add one member for the request, PEXPIRE 2 x window, all in one script so two concurrent
+ * requests cannot both take the last slot. KEYS[1] the log's key; ARGV nowMs, windowMs, limit,
+ * cost, member, deadline. Returns { allowed, count, retryAtMs or -1, resetAtMs or -1, redisNow }.
  */
-export const SLIDING_LOG_CHECK = luaScript(`local key = KEYS[1]
-local now = tonumber(ARGV[1])
+export const SLIDING_LOG_CHECK = luaScript(
+  withClock(
+    6,
+    `local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
-redis.call('ZREMRANGEBYSCORE', key, 0, now - window)
-local count = redis.call('ZCARD', key)
+${logState('{0, limit, now + pttl, now + pttl, redisNow}')}${LOG_RETRY}local count = members + extra
 local allowed = 0
 if count + cost <= limit then
-  -- ZADD takes many members: one call per 500 keeps Lua's stack small for a large cost
-  local args = {}
-  for i = 1, cost do
-    args[#args + 1] = now
-    args[#args + 1] = ARGV[5] .. i
-    if #args == 1000 or i == cost then
-      redis.call('ZADD', key, unpack(args))
-      args = {}
-    end
+  if cost == 1 then
+    redis.call('ZADD', key, now, ARGV[5])
+  else
+    redis.call('ZADD', key, now, ARGV[5] .. ':' .. cost)
+    extra = extra + cost - 1
   end
+  members = members + 1
   count = count + cost
   allowed = 1
 end
-redis.call('PEXPIRE', key, window * 2)
-local retryAt = -1
-if allowed == 0 and cost <= limit then
-  local k = count + cost - limit - 1
-  local e = redis.call('ZRANGE', key, k, k, 'WITHSCORES')
-  if e[2] then retryAt = tonumber(e[2]) + window end
+if extra > 0 then
+  redis.call('ZADD', key, -(extra + 1), '#cost')
+  first = 1
+elseif first == 1 then
+  redis.call('ZREM', key, '#cost')
+  first = 0
 end
-local resetAt = -1
-local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-if newest[2] then resetAt = tonumber(newest[2]) + window end
-return {allowed, count, retryAt, resetAt}
-`)
+redis.call('PEXPIRE', key, window * 2)
+local retry = -1
+if allowed == 0 then retry = retryAt(count, cost) end
+return {allowed, count, retry, resetAt(), redisNow}
+`,
+  ),
+)
 
 /**
- * Sliding log, read only: what a request of cost 1 would get. KEYS[1] the log key; ARGV nowMs,
- * windowMs, limit. Returns { count, retryAtMs or -1, resetAtMs or -1 }.
+ * Sliding log, without counting: what a request of cost 1 would get (expired entries are
+ * pruned, as a check would). KEYS[1] the log's key; ARGV nowMs, windowMs, limit, deadline.
+ * Returns { count, retryAtMs or -1, resetAtMs or -1, redisNow }.
  */
-export const SLIDING_LOG_PEEK = luaScript(`local key = KEYS[1]
-local now = tonumber(ARGV[1])
+export const SLIDING_LOG_PEEK = luaScript(
+  withClock(
+    4,
+    `local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
-local from = '(' .. string.format('%d', now - window)
-local count = redis.call('ZCOUNT', key, from, '+inf')
-local retryAt = -1
-if count + 1 > limit then
-  local e = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', count - limit, 1)
-  if e[2] then retryAt = tonumber(e[2]) + window end
+${logState('{limit, now + pttl, now + pttl, redisNow}')}${LOG_RETRY}if extra > 0 then
+  redis.call('ZADD', key, -(extra + 1), '#cost')
+elseif first == 1 then
+  redis.call('ZREM', key, '#cost')
+  first = 0
 end
-local resetAt = -1
-if count > 0 then
-  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if newest[2] then resetAt = tonumber(newest[2]) + window end
-end
-return {count, retryAt, resetAt}
-`)
+local count = members + extra
+local retry = -1
+if count + 1 > limit then retry = retryAt(count, 1) end
+return {count, retry, resetAt(), redisNow}
+`,
+  ),
+)
 
-/** Deletes KEYS[1]. */
-export const DELETE_KEY = luaScript(`return redis.call('DEL', KEYS[1])
-`)
+/** Deletes KEYS[1] when it holds ARGV[1] ("string" or "zset"); ARGV[2] deadline. Returns { deleted, redisNow }. */
+export const DELETE_KEY = luaScript(
+  withClock(
+    2,
+    `if redis.call('TYPE', KEYS[1]).ok ~= ARGV[1] then
+  return {0, redisNow}
+end
+return {redis.call('DEL', KEYS[1]), redisNow}
+`,
+  ),
+)

@@ -1,9 +1,7 @@
 import type { Clock } from '../core/clock.js'
 import { ConfigError, usageRangeError, usageTypeError } from '../core/errors.js'
+import { KeyNames } from './keys.js'
 import type { AlgorithmOptions, AlgorithmResult, RedisAlgorithmOptions } from './types.js'
-
-/** The seed's key prefix (RLaaS): keys are `rlaas:rate_limit:{userId}…`. */
-export const DEFAULT_PREFIX = 'rlaas:rate_limit'
 
 /** Options after validation. */
 export interface ResolvedOptions {
@@ -30,18 +28,16 @@ export function resolveOptions(options: AlgorithmOptions): ResolvedOptions {
 }
 
 /** Checks the Redis options. */
-export function resolveRedisOptions(options: RedisAlgorithmOptions): ResolvedOptions & { prefix: string; timeoutMs: number } {
+export function resolveRedisOptions(options: RedisAlgorithmOptions): ResolvedOptions & { keys: KeyNames; timeoutMs: number } {
   const base = resolveOptions(options)
   const client = options.client as unknown
   if (typeof client !== 'object' || client === null || typeof (client as Record<string, unknown>).evalsha !== 'function')
     throw new ConfigError('INVALID_OPTION', 'client must be an ioredis Redis or Cluster (an object with evalsha and eval)')
-  const prefix = options.prefix ?? DEFAULT_PREFIX
-  if (typeof prefix !== 'string' || prefix.length === 0)
-    throw new ConfigError('INVALID_OPTION', `prefix must be a non-empty string, got ${String(prefix)}`)
+  const keys = new KeyNames(options)
   const timeoutMs = options.timeoutMs ?? 1000
   if (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs <= 0)
     throw new ConfigError('INVALID_OPTION', `timeoutMs must be a positive number of ms, got ${String(timeoutMs)}`)
-  return { ...base, prefix, timeoutMs }
+  return { ...base, keys, timeoutMs }
 }
 
 /** Checks `maxKeys` of the memory algorithms. */
@@ -49,9 +45,26 @@ export function resolveMaxKeys(value: unknown): number {
   return value === undefined ? 1_000_000 : positiveInteger('maxKeys', value)
 }
 
+// A lone UTF-16 surrogate: UTF-8 cannot encode it, so Redis would store U+FFFD in its place and
+// ids that differ only there would share a counter, as they would not in memory.
+const LONE_SURROGATE = /\p{Cs}/u
+
+/**
+ * Why `userId` cannot be a key on every store alike, or undefined when it can: it must be
+ * well-formed UTF-16 (no lone surrogate).
+ */
+export function userIdEncodingProblem(userId: string): string | undefined {
+  const at = userId.search(LONE_SURROGATE)
+  if (at < 0) return undefined
+  const unit = userId.charCodeAt(at).toString(16).padStart(4, '0')
+  return `userId must be well-formed Unicode, but has a lone surrogate \\u${unit} at index ${at}`
+}
+
 /** Per-request checks: cheap, with errors that name the argument. */
 export function checkRequest(userId: unknown, cost: unknown): void {
   if (typeof userId !== 'string') throw usageTypeError('INVALID_KEY', `userId must be a string, got ${typeof userId}`)
+  const problem = userIdEncodingProblem(userId)
+  if (problem !== undefined) throw usageTypeError('INVALID_KEY', problem)
   if (typeof cost !== 'number' || !Number.isSafeInteger(cost) || cost < 1)
     throw usageRangeError('INVALID_VALUE', `cost must be a positive integer, got ${String(cost)}`)
 }

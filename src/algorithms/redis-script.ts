@@ -1,47 +1,63 @@
-import { createHash } from 'node:crypto'
+import { performance } from 'node:perf_hooks'
 import { StoreError } from '../core/errors.js'
 import { withTimeout } from '../core/timeout.js'
+import { evalScript, type LuaScript, redisError } from '../strategies/redis/scripts.js'
 import type { RedisScriptClient } from './types.js'
 
-/** A Lua script with its SHA1, run by SHA (one round trip once the server has it). */
-export interface LuaScript {
-  readonly source: string
-  readonly sha1: string
+// How much earlier than the caller's timeout a script's deadline falls on Redis's clock: the time
+// the reply of a script that ran just in time needs to come back and be read, plus the error of
+// the offset estimate. A deadline is only set while the estimate is good to a quarter of the
+// timeout.
+function deadlineMarginMs(timeoutMs: number): number {
+  return Math.max(10, timeoutMs / 10)
 }
 
-/** Prepares a script: its SHA1 is computed once, at load. */
-export function luaScript(source: string): LuaScript {
-  return { source, sha1: createHash('sha1').update(source).digest('hex') }
-}
+// Samples older than this give way to the next one, however rough: clocks drift.
+const OFFSET_SAMPLE_LIFE_MS = 10_000
 
-function isNoScript(err: unknown): boolean {
-  return err instanceof Error && err.message.startsWith('NOSCRIPT')
-}
+/**
+ * Redis's clock as seen from this process: `redisMs - performance.now()`, learnt from the time
+ * every script returns. The best sample (the shortest round trip) is kept for a while; its
+ * error is at most half its round trip.
+ */
+class RedisClockOffset {
+  private offsetMs = 0
+  private errorMs = Number.POSITIVE_INFINITY
+  private sampledAtMs = Number.NEGATIVE_INFINITY
 
-/** Wraps a driver error into a StoreError: unreachable (connection) or any other failure. */
-function storeError(err: unknown): StoreError {
-  if (err instanceof StoreError) return err
-  const message = err instanceof Error ? err.message : String(err)
-  const unavailable =
-    /ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|Connection is closed|enableOfflineQueue|Stream isn't writeable|max retries|MaxRetriesPerRequest|connect/i.test(
-      message,
-    )
-  return new StoreError(unavailable ? 'STORE_UNAVAILABLE' : 'STORE_ERROR', 'redis', message, { cause: err })
-}
+  sample(sentAtMs: number, receivedAtMs: number, redisMs: number): void {
+    const errorMs = (receivedAtMs - sentAtMs) / 2
+    if (errorMs > this.errorMs && receivedAtMs - this.sampledAtMs < OFFSET_SAMPLE_LIFE_MS) return
+    this.offsetMs = redisMs - (sentAtMs + receivedAtMs) / 2
+    this.errorMs = errorMs
+    this.sampledAtMs = receivedAtMs
+  }
 
-async function evalScript(client: RedisScriptClient, script: LuaScript, keys: readonly string[], args: readonly (string | number)[]) {
-  try {
-    return await client.evalsha(script.sha1, keys.length, ...keys, ...args)
-  } catch (err) {
-    // a restarted or flushed server forgot the script: EVAL runs it and caches it again
-    if (!isNoScript(err)) throw err
-    return await client.eval(script.source, keys.length, ...keys, ...args)
+  /** The deadline on Redis's clock of a call sent at `sentAtMs` with `timeoutMs`; 0 (none) while unknown. */
+  deadline(sentAtMs: number, timeoutMs: number): number {
+    const margin = deadlineMarginMs(timeoutMs) + this.errorMs
+    if (!(margin <= timeoutMs / 4)) return 0
+    return Math.floor(sentAtMs + this.offsetMs + timeoutMs - margin)
   }
 }
 
+const offsets = new WeakMap<RedisScriptClient, RedisClockOffset>()
+
+function offsetOf(client: RedisScriptClient): RedisClockOffset {
+  let offset = offsets.get(client)
+  if (offset === undefined) {
+    offset = new RedisClockOffset()
+    offsets.set(client, offset)
+  }
+  return offset
+}
+
 /**
- * Runs `script` by EVALSHA, falling back to EVAL on NOSCRIPT, bounded by `timeoutMs`.
- * Failures reject with a {@link StoreError} (`STORE_UNAVAILABLE`, `STORE_TIMEOUT` or `STORE_ERROR`).
+ * Runs one of the algorithms' scripts (lua.ts): by EVALSHA, falling back to EVAL on NOSCRIPT,
+ * bounded by `timeoutMs`, with the deadline appended to `args` so that Redis skips the script
+ * if it only gets to run it after the caller gave up. Resolves with the reply's numbers without
+ * Redis's time (which the offset learns from): at least `length` of them. Failures reject with a {@link StoreError}
+ * (`STORE_UNAVAILABLE`, `STORE_TIMEOUT` or `STORE_ERROR`).
  */
 export async function runScript(
   client: RedisScriptClient,
@@ -49,17 +65,23 @@ export async function runScript(
   keys: readonly string[],
   args: readonly (string | number)[],
   timeoutMs: number,
-): Promise<unknown> {
+  what: string,
+  length: number,
+): Promise<number[]> {
+  const offset = offsetOf(client)
+  const sentAtMs = performance.now()
+  let reply: unknown
   try {
-    return await withTimeout(evalScript(client, script, keys, args), timeoutMs, 'redis', 'script')
+    const call = evalScript(client, script, keys.length, [...keys, ...args, offset.deadline(sentAtMs, timeoutMs)], (r) => r)
+    reply = await withTimeout(call, timeoutMs, 'redis', 'script')
   } catch (err) {
-    throw storeError(err)
+    throw redisError(err)
   }
-}
-
-/** Reads an integer array reply, naming the script when Redis answered something else. */
-export function integers(reply: unknown, length: number, what: string): number[] {
-  if (!Array.isArray(reply) || reply.length < length)
+  if (!Array.isArray(reply) || reply.length < 2 || (reply.length < length + 1 && Number(reply[0]) !== -1))
     throw new StoreError('STORE_ERROR', 'redis', `${what}: unexpected reply ${String(reply)}`)
-  return reply.map((v) => Number(v))
+  const numbers = reply.map((v) => Number(v))
+  offset.sample(sentAtMs, performance.now(), numbers.pop() as number)
+  // past its deadline, Redis changed nothing; the caller has already been told of the timeout
+  if (numbers[0] === -1) throw new StoreError('STORE_TIMEOUT', 'redis', `${what}: Redis ran the script after its deadline`)
+  return numbers
 }

@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto'
 import type { Clock } from '../core/clock.js'
 import { DELETE_KEY, SLIDING_LOG_CHECK, SLIDING_LOG_PEEK } from './lua.js'
+import type { KeyNames } from './keys.js'
 import { checkRequest, remainingOf, resolveRedisOptions } from './options.js'
-import { integers, runScript } from './redis-script.js'
+import { runScript } from './redis-script.js'
 import type { AlgorithmResult, RateLimitAlgorithm, RedisAlgorithmOptions, RedisScriptClient } from './types.js'
 
 /** Options of {@link RedisSlidingLog}. */
@@ -10,12 +11,18 @@ export type RedisSlidingLogOptions = RedisAlgorithmOptions
 
 /**
  * The seed's exact sliding log on Redis, with its exact data: one ZSET per user at
- * `<prefix>:{userId}`, one unique member per admitted request scored by its ms time. One script
- * prunes entries at or before `now - window`, counts, admits iff `count + cost <= limit`, adds
- * the members and sets `PEXPIRE 2 x window`, so concurrent requests never both take the last slot.
+ * `<prefix>:<userId>` (with a `scope`, `<prefix>@<scope>:log:<userId>`), one unique member per
+ * admitted request scored by its ms time. One script prunes entries at or before `now -
+ * window`, counts, admits iff `count + cost <= limit`, adds the member and sets `PEXPIRE 2 x
+ * window`, so concurrent requests never both take the last slot.
+ *
+ * A request of cost 1 is a member `<ms>-<instance>-<seq>`, as in the seed (ZCARD is the count);
+ * one of cost c > 1 is a single member `<ms>-<instance>-<seq>:<c>`, and the member `#cost`
+ * (scored -1 - the sum of the extra costs, so the seed's prune never removes it) keeps the count
+ * O(1) to read: the work per request does not depend on the cost (see lua.ts).
  *
  * Time is the client's clock (passed as ARGV): deterministic, testable, and members are made
- * unique client-side (`<ms>-<instance>-<seq>-<i>`) instead of relying on Lua's `math.random`,
+ * unique client-side instead of relying on Lua's `math.random`,
  * which older Redis versions seed identically for every script. Service instances need clocks
  * in sync (NTP): a skew of d ms shifts an entry's lifetime by d ms.
  *
@@ -29,7 +36,7 @@ export class RedisSlidingLog implements RateLimitAlgorithm {
   readonly store = 'redis'
   readonly limit: number
   readonly windowMs: number
-  readonly prefix: string
+  readonly keys: KeyNames
   private readonly client: RedisScriptClient
   private readonly clock: Clock
   private readonly timeoutMs: number
@@ -43,28 +50,29 @@ export class RedisSlidingLog implements RateLimitAlgorithm {
     this.limit = resolved.limit
     this.windowMs = resolved.windowMs
     this.clock = resolved.clock
-    this.prefix = resolved.prefix
+    this.keys = resolved.keys
     this.timeoutMs = resolved.timeoutMs
     this.client = options.client
   }
 
-  /** The key of `userId`'s log: `<prefix>:{userId}`. */
+  /** The key of `userId`'s log: `<prefix>:<userId>` without a scope. */
   key(userId: string): string {
-    return `${this.prefix}:{${userId}}`
+    return this.keys.slidingLog(userId)
   }
 
   async check(userId: string, cost = 1): Promise<AlgorithmResult> {
     checkRequest(userId, cost)
     const nowMs = this.clock()
-    const member = `${nowMs}-${this.instanceId}-${++this.seq}-`
-    const reply = await runScript(
+    const member = `${nowMs}-${this.instanceId}-${++this.seq}`
+    const [allowedFlag, count, retryAt, resetAt] = (await runScript(
       this.client,
       SLIDING_LOG_CHECK,
-      [`${this.prefix}:{${userId}}`],
+      [this.keys.slidingLog(userId)],
       [nowMs, this.windowMs, this.limit, cost, member],
       this.timeoutMs,
-    )
-    const [allowedFlag, count, retryAt, resetAt] = integers(reply, 4, 'sliding log') as [number, number, number, number]
+      'sliding log',
+      4,
+    )) as [number, number, number, number]
     const allowed = allowedFlag === 1
     return this.result(allowed, count, retryAt, resetAt, nowMs)
   }
@@ -72,20 +80,21 @@ export class RedisSlidingLog implements RateLimitAlgorithm {
   async peek(userId: string): Promise<AlgorithmResult> {
     checkRequest(userId, 1)
     const nowMs = this.clock()
-    const reply = await runScript(
+    const [count, retryAt, resetAt] = (await runScript(
       this.client,
       SLIDING_LOG_PEEK,
-      [`${this.prefix}:{${userId}}`],
+      [this.keys.slidingLog(userId)],
       [nowMs, this.windowMs, this.limit],
       this.timeoutMs,
-    )
-    const [count, retryAt, resetAt] = integers(reply, 3, 'sliding log peek') as [number, number, number]
+      'sliding log peek',
+      3,
+    )) as [number, number, number]
     return this.result(count + 1 <= this.limit, count, retryAt, resetAt, nowMs)
   }
 
   async reset(userId: string): Promise<void> {
     checkRequest(userId, 1)
-    await runScript(this.client, DELETE_KEY, [this.key(userId)], [], this.timeoutMs)
+    await runScript(this.client, DELETE_KEY, [this.key(userId)], ['zset'], this.timeoutMs, 'sliding log reset', 1)
   }
 
   withLimit(limit: number): RedisSlidingLog {

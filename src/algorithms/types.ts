@@ -1,4 +1,6 @@
+import type { ScriptClient } from '../strategies/redis/scripts.js'
 import type { Clock } from '../core/clock.js'
+import type { KeyOptions } from './keys.js'
 
 /**
  * The answer of an algorithm to one request. Being denied is a normal answer, not an error.
@@ -46,7 +48,11 @@ export interface RateLimitAlgorithm {
   readonly limit: number
   /** Window length in ms. */
   readonly windowMs: number
-  /** Decides a request of `cost` (a positive integer, default 1) for `userId` and counts it. */
+  /**
+   * Decides a request of `cost` (a positive integer, default 1) for `userId` and counts it. A
+   * cost above the limit is denied and not counted (`retryAfterMs` Infinity). `userId` must be
+   * well-formed Unicode: a lone UTF-16 surrogate is a TypeError (`INVALID_KEY`) on every store.
+   */
   check(userId: string, cost?: number): MaybePromise<AlgorithmResult>
   /** The answer a request of cost 1 would get now, without counting anything. */
   peek(userId: string): MaybePromise<AlgorithmResult>
@@ -68,19 +74,19 @@ export interface AlgorithmOptions {
 
 /**
  * The Redis calls the Redis algorithms make: scripts by SHA, with `eval` as the fallback when
- * the server answers NOSCRIPT. An ioredis `Redis` or `Cluster` fits.
+ * the server answers NOSCRIPT (the Redis strategy's scripts run the same way). An ioredis
+ * `Redis` or `Cluster` fits.
  */
-export interface RedisScriptClient {
-  evalsha(sha1: string, numKeys: number, ...args: (string | number)[]): Promise<unknown>
-  eval(script: string, numKeys: number, ...args: (string | number)[]): Promise<unknown>
-}
+export type RedisScriptClient = ScriptClient
 
-/** Options of the Redis algorithms. */
-export interface RedisAlgorithmOptions extends AlgorithmOptions {
+/**
+ * Options of the Redis algorithms. Keys are the seed's (`<prefix>:<userId>` for the sliding log,
+ * `<prefix>:<userId>:<window>` for the fixed window), or `<prefix>@<scope>:log:<userId>` and
+ * `<prefix>@<scope>:fixed:<userId>:<window>` with a `scope` (see {@link KeyOptions}).
+ */
+export interface RedisAlgorithmOptions extends AlgorithmOptions, KeyOptions {
   /** An ioredis `Redis` or `Cluster` (or anything with `evalsha` and `eval`). Never closed by the algorithm. */
   readonly client: RedisScriptClient
-  /** Key prefix; keys are `<prefix>:{userId}…`. @default "rlaas:rate_limit" */
-  readonly prefix?: string
   /** Longest wait for one Redis call, ms; a slower call rejects with a STORE_TIMEOUT StoreError. @default 1000 */
   readonly timeoutMs?: number
 }

@@ -28,6 +28,8 @@ const stringList = {
 export const CONFIG_SCHEMA = {
   type: 'object',
   additionalProperties: false,
+  // a file must say where counters live: an empty or truncated file is not a config
+  required: ['store'],
   properties: {
     'log-level': { enum: LOG_LEVELS },
     server: {
@@ -39,11 +41,15 @@ export const CONFIG_SCHEMA = {
         'max-body-bytes': { type: 'integer', minimum: 64, maximum: 1_048_576 },
         'max-user-id-length': { type: 'integer', minimum: 1, maximum: 4096 },
         headers: { enum: HEADER_MODES },
+        'headers-timeout-ms': { type: 'integer', minimum: 100, maximum: 600_000 },
         'request-timeout-ms': {
           type: 'integer',
           minimum: 100,
           maximum: 600_000,
         },
+        'keep-alive-timeout-ms': { type: 'integer', minimum: 100, maximum: 600_000 },
+        'max-requests-per-socket': { type: 'integer', minimum: 0, maximum: 1_000_000_000 },
+        'max-connections': { type: 'integer', minimum: 1, maximum: 1_000_000 },
         'shutdown-timeout-ms': {
           type: 'integer',
           minimum: 0,
@@ -56,8 +62,10 @@ export const CONFIG_SCHEMA = {
       additionalProperties: false,
       properties: {
         ...policyProperties,
-        // no braces: the first {…} of a key is its Redis Cluster hash tag, which must be the user id
+        // no braces: the first {…} of a key is its Redis Cluster hash tag, which would put every
+        // key in one slot
         'key-prefix': { type: 'string', pattern: '^[^{}\\s]{1,50}$' },
+        'hash-tag': { type: 'boolean' },
         'on-store-error': { enum: FAIL_POLICIES },
       },
     },
@@ -79,6 +87,8 @@ export const CONFIG_SCHEMA = {
         url: { type: 'string', minLength: 1 },
         nodes: stringList,
         servers: stringList,
+        // postgres: where the counters table lives (a plain identifier, as PostgresStrategy takes it)
+        schema: { type: 'string', pattern: '^[A-Za-z_][A-Za-z0-9_]{0,62}$' },
         'timeout-ms': { type: 'integer', minimum: 1, maximum: 60_000 },
       },
     },

@@ -1,8 +1,12 @@
 import { readFile } from 'node:fs/promises'
-import { Ajv, type ErrorObject } from 'ajv'
-import { type Document, isMap, isScalar, isSeq, LineCounter, parseDocument } from 'yaml'
+import { Ajv } from 'ajv'
+import { LineCounter, parseDocument } from 'yaml'
 import type { HeaderMode } from '../core/headers.js'
+import { ConfigFileError, type ConfigIssue, describe, issueOf, locate } from './config-issues.js'
 import { ALGORITHMS, CONFIG_SCHEMA, type FAIL_POLICIES, type LOG_LEVELS, type STORE_TYPES } from './config-schema.js'
+import { urlProblems } from './config-urls.js'
+
+export { ConfigFileError, type ConfigIssue } from './config-issues.js'
 
 /** A `use-algo` value. */
 export type AlgorithmName = (typeof ALGORITHMS)[number]
@@ -34,6 +38,8 @@ export interface StoreConfig {
   readonly nodes?: readonly string[]
   /** memcached servers (`host:port`). */
   readonly servers?: readonly string[]
+  /** postgres: the schema of the counters table. @default "public" */
+  readonly schema?: string
   /** Longest wait for one store call, ms. */
   readonly timeoutMs: number
 }
@@ -45,7 +51,16 @@ export interface ServerConfig {
   readonly maxBodyBytes: number
   readonly maxUserIdLength: number
   readonly headers: HeaderMode
+  /** A request's headers must arrive within this time (Node's `headersTimeout`). */
+  readonly headersTimeoutMs: number
+  /** A request's headers and body must arrive within this time (Node's `requestTimeout`). */
   readonly requestTimeoutMs: number
+  /** An idle keep-alive connection is closed after this time (Node's `keepAliveTimeout`). */
+  readonly keepAliveTimeoutMs: number
+  /** Requests one connection may carry before it is closed; 0 for no limit (Node's `maxRequestsPerSocket`). */
+  readonly maxRequestsPerSocket: number
+  /** Open connections at most; more are answered 503 and closed. */
+  readonly maxConnections: number
   readonly shutdownTimeoutMs: number
 }
 
@@ -62,41 +77,13 @@ export interface ServiceConfig {
   readonly logLevel: LogLevel
   readonly server: ServerConfig
   readonly keyPrefix: string
+  /** Wrap user ids in braces in Redis keys (a Redis Cluster hash tag): an opt-in, off by default. */
+  readonly hashTag: boolean
   readonly onStoreError: FailPolicy
   /** Every policy by name; "default" (the `rate-limiter` section) first. */
   readonly policies: ReadonlyMap<string, PolicyConfig>
   readonly store: StoreConfig
   readonly auth: AuthConfig | undefined
-}
-
-/** One problem in a config file. */
-export interface ConfigIssue {
-  /** Dotted key path, such as `rate-limiter.max-requests`; empty for the whole document. */
-  readonly path: string
-  readonly message: string
-  /** 1-based line and column in the file, when known. */
-  readonly line?: number
-  readonly col?: number
-}
-
-/**
- * Thrown when a config file cannot be read, parsed or validated. The message lists every
- * problem as `<file>:<line>:<col>: <key path>: <reason>`.
- */
-export class ConfigFileError extends Error {
-  override readonly name = 'ConfigFileError'
-  readonly file: string
-  readonly issues: readonly ConfigIssue[]
-  constructor(file: string, issues: readonly ConfigIssue[]) {
-    super(issues.map((i) => formatIssue(file, i)).join('\n'))
-    this.file = file
-    this.issues = issues
-  }
-}
-
-function formatIssue(file: string, issue: ConfigIssue): string {
-  const where = issue.line === undefined ? file : `${file}:${issue.line}:${issue.col ?? 1}`
-  return issue.path === '' ? `${where}: ${issue.message}` : `${where}: ${issue.path}: ${issue.message}`
 }
 
 /** The source name of the built-in default config. */
@@ -171,102 +158,13 @@ function applyEnv(raw: Raw, env: ConfigEnv): Raw {
   return out
 }
 
-function describe(value: unknown): string {
-  if (value === undefined) return 'nothing'
-  if (typeof value === 'string') return JSON.stringify(value)
-  if (Array.isArray(value)) return 'a list'
-  if (typeof value === 'object' && value !== null) return 'a mapping'
-  return String(value)
-}
-
-function valueAt(raw: unknown, path: readonly string[]): unknown {
-  let v = raw
-  for (const segment of path) {
-    if (typeof v !== 'object' || v === null) return undefined
-    v = (v as Raw)[segment]
+function schemaIssues(raw: Raw): Array<{ path: string[]; message: string }> {
+  const found: Array<{ path: string[]; message: string }> = []
+  for (const error of validate.errors ?? []) {
+    const issue = issueOf(error, raw)
+    if (issue !== undefined) found.push(issue)
   }
-  return v
-}
-
-/** Turns an ajv error into a key path and a reason a person can act on. */
-function issueOf(error: ErrorObject, raw: unknown): { path: string[]; message: string } {
-  const path =
-    error.instancePath === ''
-      ? []
-      : error.instancePath
-          .slice(1)
-          .split('/')
-          .map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'))
-  const params = error.params as Record<string, unknown>
-  const got = describe(valueAt(raw, path))
-  switch (error.keyword) {
-    case 'additionalProperties': {
-      const parent = valueAt(
-        CONFIG_SCHEMA,
-        path.flatMap((p) => ['properties', p]),
-      )
-      const allowed = Object.keys((parent as { properties?: Raw } | undefined)?.properties ?? {})
-      const hint = allowed.length > 0 ? `; expected one of ${allowed.join(', ')}` : ''
-      return {
-        path: [...path, String(params.additionalProperty)],
-        message: `unknown key${hint}`,
-      }
-    }
-    case 'required':
-      return {
-        path: [...path, String(params.missingProperty)],
-        message: 'is required',
-      }
-    case 'enum':
-      return {
-        path,
-        message: `must be one of ${(params.allowedValues as unknown[]).join(', ')}, got ${got}`,
-      }
-    case 'type':
-      return {
-        path,
-        message: `must be ${params.type === 'integer' ? 'an integer' : `a ${String(params.type)}`}, got ${got}`,
-      }
-    case 'propertyNames':
-    case 'pattern':
-      if (error.propertyName !== undefined)
-        return {
-          path: [...path, error.propertyName],
-          message: 'is not a valid policy name: use letters, digits, "_", "." and "-", at most 64, starting with a letter or digit',
-        }
-      if (path[path.length - 1] === 'key-prefix')
-        return {
-          path,
-          message: `must be 1 to 50 characters without braces or spaces, got ${got}`,
-        }
-      return {
-        path,
-        message: `must match ${String(params.pattern)}, got ${got}`,
-      }
-    default:
-      return { path, message: `${error.message ?? 'is invalid'}, got ${got}` }
-  }
-}
-
-/** Finds the line and column of a key path in the YAML document. */
-function locate(doc: Document, lines: LineCounter, path: readonly string[]): { line: number; col: number } | undefined {
-  let node: unknown = doc.contents
-  let offset: number | undefined = (node as { range?: [number] } | null)?.range?.[0]
-  for (const segment of path) {
-    if (isMap(node)) {
-      const pair = node.items.find((p) => isScalar(p.key) && String(p.key.value) === segment)
-      if (pair === undefined) break
-      offset = (pair.key as { range?: [number] }).range?.[0] ?? offset
-      node = pair.value
-    } else if (isSeq(node)) {
-      const item = node.items[Number(segment)] as { range?: [number] } | undefined
-      if (item === undefined) break
-      offset = item.range?.[0] ?? offset
-      node = item
-    } else break
-  }
-  if (offset === undefined) return undefined
-  return lines.linePos(offset)
+  return found
 }
 
 function policyOf(name: string, raw: Raw, base: Omit<PolicyConfig, 'name'>): PolicyConfig {
@@ -347,11 +245,12 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
       path: ['store', 'servers'],
       message: 'is required for store type memcached (or RATELIMITING_STORE_URL)',
     })
-  for (const key of ['url', 'nodes', 'servers'] as const) {
+  for (const key of ['url', 'nodes', 'servers', 'schema'] as const) {
     const usedBy = {
       url: ['redis', 'postgres'],
       nodes: ['redis'],
       servers: ['memcached'],
+      schema: ['postgres'],
     }[key]
     if (store[key] !== undefined && !usedBy.includes(storeType))
       issues.push({
@@ -359,15 +258,13 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
         message: `is not used by store type ${storeType}`,
       })
   }
-  if (storeType === 'redis' && typeof store.url === 'string' && !/^rediss?:\/\//.test(store.url))
+  issues.push(...urlProblems(storeType, store))
+  const requestTimeoutMs = (server['request-timeout-ms'] as number | undefined) ?? 10_000
+  const headersTimeoutMs = (server['headers-timeout-ms'] as number | undefined) ?? Math.min(5_000, requestTimeoutMs)
+  if (headersTimeoutMs > requestTimeoutMs)
     issues.push({
-      path: ['store', 'url'],
-      message: `must be a redis:// or rediss:// URL, got ${JSON.stringify(store.url)}`,
-    })
-  if (storeType === 'postgres' && typeof store.url === 'string' && !/^postgres(ql)?:\/\//.test(store.url))
-    issues.push({
-      path: ['store', 'url'],
-      message: `must be a postgres:// or postgresql:// URL, got ${JSON.stringify(store.url)}`,
+      path: ['server', 'headers-timeout-ms'],
+      message: `must be at most server.request-timeout-ms (${requestTimeoutMs}), got ${headersTimeoutMs}`,
     })
 
   return {
@@ -379,10 +276,15 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
       maxBodyBytes: (server['max-body-bytes'] as number | undefined) ?? 8192,
       maxUserIdLength: (server['max-user-id-length'] as number | undefined) ?? 256,
       headers: (server.headers as HeaderMode | undefined) ?? 'draft-8',
-      requestTimeoutMs: (server['request-timeout-ms'] as number | undefined) ?? 10_000,
+      headersTimeoutMs,
+      requestTimeoutMs,
+      keepAliveTimeoutMs: (server['keep-alive-timeout-ms'] as number | undefined) ?? 5_000,
+      maxRequestsPerSocket: (server['max-requests-per-socket'] as number | undefined) ?? 0,
+      maxConnections: (server['max-connections'] as number | undefined) ?? 10_000,
       shutdownTimeoutMs: (server['shutdown-timeout-ms'] as number | undefined) ?? 10_000,
     },
     keyPrefix: (limiter['key-prefix'] as string | undefined) ?? 'rlaas:rate_limit',
+    hashTag: (limiter['hash-tag'] as boolean | undefined) ?? false,
     onStoreError: (limiter['on-store-error'] as FailPolicy | undefined) ?? 'error',
     policies,
     store: {
@@ -390,6 +292,7 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
       ...(store.url !== undefined ? { url: store.url as string } : {}),
       ...(store.nodes !== undefined ? { nodes: store.nodes as string[] } : {}),
       ...(store.servers !== undefined ? { servers: store.servers as string[] } : {}),
+      ...(store.schema !== undefined ? { schema: store.schema as string } : {}),
       timeoutMs: (store['timeout-ms'] as number | undefined) ?? 1000,
     },
     auth:
@@ -443,9 +346,7 @@ export function parseConfig(text: string, source: string, env: ConfigEnv = {}): 
     ])
   const withEnv = applyEnv(raw as Raw, env)
   const found: Array<{ path: string[]; message: string }> = []
-  if (!validate(withEnv)) {
-    for (const error of validate.errors ?? []) found.push(issueOf(error, withEnv))
-  }
+  if (!validate(withEnv)) found.push(...schemaIssues(withEnv))
   const config = normalize(withEnv, source, found)
   if (found.length > 0) {
     const seen = new Set<string>()
@@ -478,7 +379,7 @@ export async function loadConfigFile(file: string, env: ConfigEnv = {}): Promise
 export function defaultConfig(env: ConfigEnv = {}): ServiceConfig {
   const raw = applyEnv(structuredClone(DEFAULT_CONFIG_DOCUMENT) as unknown as Raw, env)
   const found: Array<{ path: string[]; message: string }> = []
-  if (!validate(raw)) for (const error of validate.errors ?? []) found.push(issueOf(error, raw))
+  if (!validate(raw)) found.push(...schemaIssues(raw))
   const config = normalize(raw, BUILT_IN_SOURCE, found)
   if (found.length > 0)
     throw new ConfigFileError(

@@ -1,4 +1,6 @@
+import { checkRequest } from '../algorithms/options.js'
 import type { AlgorithmResult, MaybePromise, RateLimitAlgorithm } from '../algorithms/types.js'
+import type { Clock } from '../core/clock.js'
 import type { Decision, Limiter } from '../core/limiter.js'
 import type { NamespaceStats } from '../core/namespace.js'
 import type { OnStoreError } from '../core/options.js'
@@ -21,6 +23,8 @@ export interface CounterEngineOptions {
   readonly onStoreError: OnStoreError
   /** Called with every store failure. */
   readonly onError: (error: Error) => void
+  /** The engine's clock, epoch ms. @default the engine's cached Date.now */
+  readonly clock?: Clock
 }
 
 /**
@@ -49,6 +53,7 @@ export class CounterEngine {
       storeTimeoutMs: options.storeTimeoutMs,
       onStoreError: options.onStoreError,
       onError: options.onError,
+      ...(options.clock !== undefined ? { clock: options.clock } : {}),
     })
   }
 
@@ -85,9 +90,16 @@ function resultOf(d: Decision): AlgorithmResult {
   }
 }
 
+// The answer to a cost above the limit: denied, counted nowhere, never admissible.
+function tooCostly(d: Decision): AlgorithmResult {
+  const r = resultOf(d)
+  return { ...r, allowed: false, retryAfterMs: Number.POSITIVE_INFINITY }
+}
+
 /**
  * `sliding-window-counter-algo`: the engine's eventually consistent sliding-window counter
- * behind the algorithms' interface. `count` is the weighted estimate (it may be fractional).
+ * behind the algorithms' interface. `count` is the weighted estimate (it may be fractional). A
+ * cost above the limit is denied without being counted.
  */
 export class CounterAlgorithm implements RateLimitAlgorithm {
   readonly name = 'sliding-window-counter'
@@ -106,11 +118,18 @@ export class CounterAlgorithm implements RateLimitAlgorithm {
   }
 
   check(userId: string, cost = 1): MaybePromise<AlgorithmResult> {
+    checkRequest(userId, cost)
+    // never admitted, so never counted: the denial is a read (as on the other algorithms)
+    if (cost > this.limit) {
+      const d = this.limiter.peek(userId)
+      return d instanceof Promise ? d.then(tooCostly) : tooCostly(d)
+    }
     const d = this.limiter.hit(userId, cost)
     return d instanceof Promise ? d.then(resultOf) : resultOf(d)
   }
 
   peek(userId: string): MaybePromise<AlgorithmResult> {
+    checkRequest(userId, 1)
     const d = this.limiter.peek(userId)
     return d instanceof Promise ? d.then(resultOf) : resultOf(d)
   }

@@ -1,11 +1,12 @@
+import { isUtf8 } from 'node:buffer'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { Logger } from 'pino'
+import { userIdEncodingProblem } from '../algorithms/options.js'
 import type { AlgorithmResult } from '../algorithms/types.js'
 import { StoreError } from '../core/errors.js'
-import { rateLimitHeaders } from '../core/headers.js'
-import type { Decision } from '../core/limiter.js'
 import type { Grant } from './auth.js'
+import { rateLimitHeaderList, resultBody, send, sendDecision, sendError } from './http-responses.js'
 import type { ServiceMetrics } from './metrics.js'
 import type { Policy, Runtime } from './runtime.js'
 
@@ -22,100 +23,9 @@ export interface HandlerContext {
   readonly logger: Logger
 }
 
-type Headers = Record<string, string>
-
 // A control character (C0, DEL, C1): refused in user ids, which end up in keys and logs.
 // eslint-disable-next-line no-control-regex -- matching control characters is the point
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/
-
-function send(res: ServerResponse, status: number, body: string, headers: Headers): void {
-  headers['content-type'] = 'application/json'
-  headers['content-length'] = String(Buffer.byteLength(body))
-  res.writeHead(status, headers)
-  res.end(body)
-}
-
-/** Sends a decision: the cached RateLimit headers (a flat name, value list) plus the JSON body. */
-function sendDecision(res: ServerResponse, status: number, body: string, rateLimit: readonly string[]): void {
-  // the body is ASCII JSON (numbers and booleans): its length is its byte length
-  res.writeHead(status, [...rateLimit, 'content-type', 'application/json', 'content-length', String(body.length)])
-  res.end(body)
-}
-
-function sendError(res: ServerResponse, status: number, error: string, message: string, headers: Headers = {}): void {
-  send(res, status, JSON.stringify({ error, message }), headers)
-}
-
-function resultBody(r: AlgorithmResult): string {
-  return JSON.stringify({
-    allowed: r.allowed,
-    count: r.count,
-    limit: r.limit,
-    remaining: r.remaining,
-    resetMs: r.resetMs,
-    // JSON has no Infinity: null means the request can never be admitted (cost > limit)
-    retryAfterMs: Number.isFinite(r.retryAfterMs) ? r.retryAfterMs : null,
-  })
-}
-
-// Header sets one generation of a policy's cache holds: at most twice this many are kept.
-const HEADER_CACHE_GENERATION = 4096
-
-/**
- * The RateLimit headers of decisions, by what they depend on (allowed, remaining, reset and
- * retry seconds): most answers repeat a set seen in the last seconds, so `rateLimitHeaders` runs
- * once per set instead of once per request. Two generations: when the current one is full it
- * becomes the previous one, and sets still in use move back to the current one. One cache per
- * policy of a runtime (a reload starts new ones).
- */
-class HeaderCache {
-  private current = new Map<string, readonly string[]>()
-  private previous = new Map<string, readonly string[]>()
-  constructor(
-    private readonly policy: Policy,
-    private readonly mode: Runtime['headerMode'],
-  ) {}
-
-  get(r: AlgorithmResult): readonly string[] {
-    const resetSec = Math.ceil(r.resetMs / 1000)
-    const retrySec = r.allowed ? 0 : Number.isFinite(r.retryAfterMs) ? Math.ceil(r.retryAfterMs / 1000) : -1
-    const id = `${r.allowed ? 1 : 0}|${r.remaining}|${resetSec}|${retrySec}`
-    let set = this.current.get(id)
-    if (set !== undefined) return set
-    set = this.previous.get(id) ?? this.build(r)
-    if (this.current.size >= HEADER_CACHE_GENERATION) {
-      this.previous = this.current
-      this.current = new Map()
-    }
-    this.current.set(id, set)
-    return set
-  }
-
-  private build(r: AlgorithmResult): readonly string[] {
-    const decision: Decision = {
-      allowed: r.allowed,
-      name: this.policy.name,
-      limit: r.limit,
-      window: this.policy.windowSize,
-      remaining: r.remaining,
-      rate: r.count,
-      resetMs: r.resetMs,
-      retryAfterMs: r.retryAfterMs,
-    }
-    return Object.entries(rateLimitHeaders(decision, this.mode)).flat()
-  }
-}
-
-const headerCaches = new WeakMap<Policy, HeaderCache>()
-
-function rateLimitHeaderList(policy: Policy, r: AlgorithmResult, runtime: Runtime): readonly string[] {
-  let cache = headerCaches.get(policy)
-  if (cache === undefined) {
-    cache = new HeaderCache(policy, runtime.headerMode)
-    headerCaches.set(policy, cache)
-  }
-  return cache.get(r)
-}
 
 /** Why a user id is refused, or undefined when it is fine. */
 function userIdProblem(userId: unknown, maxLength: number): string | undefined {
@@ -125,12 +35,27 @@ function userIdProblem(userId: unknown, maxLength: number): string | undefined {
   if (userId.length === 0) return 'userId must not be empty'
   if (userId.length > maxLength) return `userId must be at most ${maxLength} characters, got ${userId.length}`
   if (CONTROL.test(userId)) return 'userId must not contain control characters'
-  return undefined
+  return userIdEncodingProblem(userId)
+}
+
+/** Whether a Content-Type header says JSON: `application/json`, parameters allowed (charset utf-8 only). */
+function isJson(contentType: string | undefined): boolean {
+  if (contentType === 'application/json') return true
+  if (contentType === undefined) return false
+  const [type, ...params] = contentType.split(';')
+  if ((type as string).trim().toLowerCase() !== 'application/json') return false
+  for (const param of params) {
+    const [name, value] = param.split('=')
+    if (name?.trim().toLowerCase() === 'charset' && value?.trim().replace(/^"|"$/g, '').toLowerCase() !== 'utf-8') return false
+  }
+  return true
 }
 
 /**
- * The service's request handler: the routes of DESIGN.md §7 on plain `node:http`. Nothing a
- * client sends reaches an algorithm unchecked, and every failure is a JSON error.
+ * The service's request handler: the routes of docs/SERVICE.md on plain `node:http`. Nothing a
+ * client sends reaches an algorithm unchecked, and every failure is a JSON error. A request that
+ * can no longer be answered (its connection is closing, as after a 413, or gone) is never decided,
+ * so it is never counted.
  */
 export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage, res: ServerResponse) => void {
   const { metrics, logger } = ctx
@@ -216,7 +141,9 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
     send(res, allowed ? 200 : 429, body, allowed ? {} : { 'retry-after': '1' })
   }
 
-  function decide(res: ServerResponse, runtime: Runtime, policy: Policy, userId: string, cost: number): void {
+  function decide(req: IncomingMessage, res: ServerResponse, runtime: Runtime, policy: Policy, userId: string, cost: number): void {
+    // the connection was closed or is closing since the request arrived: no answer can reach the client
+    if (!req.socket.writable) return
     runtime.enter()
     const started = performance.now()
     const done = (r: AlgorithmResult) => {
@@ -242,6 +169,11 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
   function check(req: IncomingMessage, res: ServerResponse): void {
     const runtime = ctx.runtime()
     if (runtime.auth.enabled && unauthorized(res, runtime.auth.grant(req.headers.authorization), false)) return
+    if (!isJson(req.headers['content-type'])) {
+      const got = req.headers['content-type'] === undefined ? 'none' : JSON.stringify(req.headers['content-type'])
+      sendError(res, 415, 'unsupported_media_type', `the body must be JSON, sent with Content-Type: application/json; got ${got}`)
+      return
+    }
     const max = runtime.config.server.maxBodyBytes
     const declared = req.headers['content-length']
     if (declared !== undefined && Number(declared) > max) {
@@ -264,7 +196,13 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
     req.on('error', () => undefined) // the client went away; nothing to answer
     req.on('end', () => {
       if (over) return
-      const text = chunks.length === 1 ? (chunks[0] as Buffer).toString('utf8') : Buffer.concat(chunks).toString('utf8')
+      const body = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks)
+      // invalid UTF-8 would decode to U+FFFD, so different bytes would name the same user
+      if (!isUtf8(body)) {
+        sendError(res, 400, 'invalid_json', 'the body must be JSON in UTF-8')
+        return
+      }
+      const text = body.toString('utf8')
       let input: unknown
       try {
         input = JSON.parse(text)
@@ -276,20 +214,20 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
         sendError(res, 400, 'invalid_request', 'the body must be a JSON object such as {"userId":"u1"}')
         return
       }
-      const body = input as Record<string, unknown>
-      const problem = userIdProblem(body.userId, runtime.config.server.maxUserIdLength)
+      const fields = input as Record<string, unknown>
+      const problem = userIdProblem(fields.userId, runtime.config.server.maxUserIdLength)
       if (problem !== undefined) {
         sendError(res, 400, 'invalid_request', problem)
         return
       }
-      const cost = body.cost ?? 1
+      const cost = fields.cost ?? 1
       if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 1 || cost > MAX_COST) {
         sendError(res, 400, 'invalid_request', `cost must be an integer from 1 to ${MAX_COST}, got ${JSON.stringify(cost)}`)
         return
       }
-      const policy = policyOf(runtime, res, body.policy)
+      const policy = policyOf(runtime, res, fields.policy)
       if (policy === undefined) return
-      decide(res, runtime, policy, body.userId as string, cost)
+      decide(req, res, runtime, policy, fields.userId as string, cost)
     })
   }
 
@@ -411,6 +349,12 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
   }
 
   return function handleRequest(req: IncomingMessage, res: ServerResponse): void {
+    // pipelined behind an answer that closed the connection (a 413), or on a refused connection:
+    // no answer can be sent, so nothing is decided
+    if (!req.socket.writable) {
+      req.resume()
+      return
+    }
     if (ctx.closing()) res.setHeader('connection', 'close')
     const url = req.url ?? '/'
     const q = url.indexOf('?')

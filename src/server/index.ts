@@ -1,5 +1,5 @@
 /**
- * `ratelimiting/server`: the rate-limit service (DESIGN.md §7): YAML config, the three
+ * `ratelimiting/server`: the rate-limit service (docs/SERVICE.md): YAML config, the three
  * algorithms over memory, Redis, PostgreSQL or memcached, an HTTP API with metrics and auth.
  */
 export type { Grant } from './auth.js'

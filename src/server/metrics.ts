@@ -53,6 +53,8 @@ export class ServiceMetrics {
   private readonly byPolicy = new WeakMap<Policy, DecisionTally>()
   private readonly storeErrors: Counter<'store' | 'operation'>
   private readonly reloads: Counter<'result'>
+  private readonly refused: Counter
+  private openConnections: () => number = () => 0
 
   constructor(current: () => Runtime | undefined, options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry]
@@ -106,6 +108,20 @@ export class ServiceMetrics {
       labelNames: ['result'],
       registers,
     })
+    this.refused = new Counter({
+      name: 'ratelimiting_connections_refused_total',
+      help: 'Connections answered 503 and closed because server.max-connections were open.',
+      registers,
+    })
+    const openConnections = () => this.openConnections()
+    new Gauge({
+      name: 'ratelimiting_open_connections',
+      help: 'HTTP connections open now (server.max-connections caps them).',
+      registers,
+      collect() {
+        this.set(openConnections())
+      },
+    })
     const engines = () => {
       const runtime = current()
       return runtime === undefined ? [] : [...runtime.policies.values()].filter((p) => p.engine !== undefined)
@@ -124,6 +140,19 @@ export class ServiceMetrics {
           const since = stats.lastSyncAtMs > 0 ? stats.lastSyncAtMs : startedAt
           this.set({ policy: p.name }, Math.max(0, now - since) / 1000)
         }
+      },
+    })
+    this.custom({
+      name: 'ratelimiting_syncs_total',
+      help: 'sliding-window-counter-algo: completed sync cycles with the store (and flushes).',
+      type: 'counter',
+      values: () => {
+        const values: MetricValue[] = []
+        for (const p of engines()) {
+          const stats = p.engine?.stats()
+          if (stats !== undefined && stats.mode !== 'local') values.push({ labels: { policy: p.name }, value: stats.syncs })
+        }
+        return values
       },
     })
     new Gauge({
@@ -202,6 +231,16 @@ export class ServiceMetrics {
   /** Counts a store failure. */
   storeError(store: string, operation: string): void {
     this.storeErrors.inc({ store, operation })
+  }
+
+  /** Counts a connection refused by the connection cap. */
+  connectionRefused(): void {
+    this.refused.inc()
+  }
+
+  /** Where `ratelimiting_open_connections` reads the open connections. */
+  watchConnections(open: () => number): void {
+    this.openConnections = open
   }
 
   /** Counts a reload. */

@@ -3,6 +3,7 @@ import { RedisFixedWindow } from '../algorithms/fixed-window-redis.js'
 import { MemorySlidingLog } from '../algorithms/sliding-log-memory.js'
 import { RedisSlidingLog } from '../algorithms/sliding-log-redis.js'
 import type { RateLimitAlgorithm } from '../algorithms/types.js'
+import type { Clock } from '../core/clock.js'
 import type { HeaderMode } from '../core/headers.js'
 import { TokenAuth } from './auth.js'
 import type { AlgorithmName, PolicyConfig, ServiceConfig } from './config.js'
@@ -21,10 +22,12 @@ export interface Policy {
   readonly engine: CounterEngine | undefined
 }
 
-/** Hooks a runtime reports through. */
+/** Hooks a runtime reports through, and what it runs on. */
 export interface RuntimeHooks {
   /** A store failure outside a request (connection errors, background syncs). */
   readonly onStoreError: (operation: string, error: Error) => void
+  /** The algorithms' clock, epoch ms (tests move it). @default Date.now */
+  readonly clock?: Clock
 }
 
 /**
@@ -76,7 +79,7 @@ export class Runtime {
     const made: CounterEngine[] = []
     try {
       for (const p of config.policies.values()) {
-        const signature = stateSignature(p, store)
+        const signature = stateSignature(p, store, config.hashTag)
         const kept = sameStore ? previous?.states.get(signature) : undefined
         let algorithm: RateLimitAlgorithm
         if (kept !== undefined) {
@@ -130,36 +133,34 @@ export class Runtime {
   }
 }
 
-function stateSignature(p: PolicyConfig, store: StoreHandle): string {
+function stateSignature(p: PolicyConfig, store: StoreHandle, hashTag: boolean): string {
   const sync = p.algo === 'sliding-window-counter-algo' ? p.syncRate : 0
-  return JSON.stringify([p.name, p.algo, p.windowSize, sync, store.signature])
+  // the hash tag changes the seed algorithms' Redis keys, so their counts do not carry over
+  const tag = store.redis !== undefined && p.algo !== 'sliding-window-counter-algo' && hashTag
+  return JSON.stringify([p.name, p.algo, p.windowSize, sync, store.signature, tag])
 }
 
 async function makeAlgorithm(p: PolicyConfig, config: ServiceConfig, store: StoreHandle, hooks: RuntimeHooks): Promise<RateLimitAlgorithm> {
   const windowMs = p.windowSize * 1000
   const redis = store.redis
   const timeoutMs = config.store.timeoutMs
+  const clock = hooks.clock ?? Date.now
+  // The default policy writes the seed's exact keys; a named policy has keys of its own, so no
+  // user id of one policy can name another's key (docs/SERVICE.md, "Redis keys").
+  const keys = {
+    prefix: config.keyPrefix,
+    ...(p.name === 'default' ? {} : { scope: p.name }),
+    hashTag: config.hashTag,
+  }
   switch (p.algo) {
     case 'fixed-window-algo':
       return redis === undefined
-        ? new MemoryFixedWindow({ limit: p.maxRequests, windowMs })
-        : new RedisFixedWindow({
-            client: redis,
-            limit: p.maxRequests,
-            windowMs,
-            prefix: config.keyPrefix,
-            timeoutMs,
-          })
+        ? new MemoryFixedWindow({ limit: p.maxRequests, windowMs, clock })
+        : new RedisFixedWindow({ client: redis, limit: p.maxRequests, windowMs, clock, timeoutMs, ...keys })
     case 'sliding-window-algo':
       return redis === undefined
-        ? new MemorySlidingLog({ limit: p.maxRequests, windowMs })
-        : new RedisSlidingLog({
-            client: redis,
-            limit: p.maxRequests,
-            windowMs,
-            prefix: config.keyPrefix,
-            timeoutMs,
-          })
+        ? new MemorySlidingLog({ limit: p.maxRequests, windowMs, clock })
+        : new RedisSlidingLog({ client: redis, limit: p.maxRequests, windowMs, clock, timeoutMs, ...keys })
     case 'sliding-window-counter-algo': {
       const engine = new CounterEngine({
         namespace: p.name,
@@ -167,6 +168,7 @@ async function makeAlgorithm(p: PolicyConfig, config: ServiceConfig, store: Stor
         syncRate: p.syncRate,
         strategy: p.syncRate < 0 ? undefined : await store.strategy(),
         storeTimeoutMs: timeoutMs,
+        ...(hooks.clock !== undefined ? { clock: hooks.clock } : {}),
         // synchronous mode: a failed store is reported on the decision, and the fail policy decides
         onStoreError: 'deny',
         onError: (err) => hooks.onStoreError('sync', err),

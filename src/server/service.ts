@@ -1,11 +1,13 @@
 import { createHash } from 'node:crypto'
-import { type FSWatcher, watch } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import path from 'node:path'
 import type { Logger } from 'pino'
+import type { Clock } from '../core/clock.js'
+import { TokenAuth } from './auth.js'
 import { type ConfigEnv, ConfigFileError, defaultConfig, type LogLevel, parseConfig, type ServiceConfig } from './config.js'
+import { type ConfigWatcher, watchConfigFile } from './config-watch.js'
+import { applyServerLimits, CONNECTIONS_CHECKING_INTERVAL_MS, guardConnections } from './connections.js'
 import { createRequestHandler } from './http.js'
 import { createLogger } from './logger.js'
 import { ServiceMetrics } from './metrics.js'
@@ -28,8 +30,14 @@ export interface ServiceOptions {
   readonly port?: number
   /** Reload when the config file changes. @default true when `configPath` is given */
   readonly watch?: boolean
-  /** Milliseconds of quiet after a file change before reloading. @default 200 */
+  /**
+   * Ms without a change before the changed config file is read, and again before what was read
+   * is trusted (the file must be the same then): a change applies about twice this after the
+   * file's last write. @default 300
+   */
   readonly watchDebounceMs?: number
+  /** The algorithms' clock, epoch ms (tests move it). @default Date.now */
+  readonly clock?: Clock
   /** Include Node's default process metrics in /metrics. @default true */
   readonly defaultMetrics?: boolean
 }
@@ -96,6 +104,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
   // per operation and second, with the count of those left out
   const lastLogged = new Map<string, { atMs: number; suppressed: number }>()
   const hooks = {
+    ...(options.clock !== undefined ? { clock: options.clock } : {}),
     onStoreError(operation: string, err: Error) {
       metrics.storeError(current?.store.type ?? 'unknown', operation)
       const now = Date.now()
@@ -116,6 +125,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
   const retiring = new Set<Promise<void>>()
 
   const server = createServer(
+    { connectionsCheckingInterval: CONNECTIONS_CHECKING_INTERVAL_MS },
     createRequestHandler({
       runtime: () => current as Runtime,
       closing: () => closing,
@@ -123,11 +133,13 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
       logger,
     }),
   )
-  const applyServerTimeouts = (c: ServiceConfig) => {
-    server.requestTimeout = c.server.requestTimeoutMs
-    server.headersTimeout = Math.min(60_000, c.server.requestTimeoutMs)
-  }
-  applyServerTimeouts(config)
+  applyServerLimits(server, config.server)
+  const connections = guardConnections(
+    server,
+    () => (current as Runtime).config.server.maxConnections,
+    () => metrics.connectionRefused(),
+  )
+  metrics.watchConnections(connections.open)
   const host = options.host ?? config.server.host
   const requestedPort = options.port ?? config.server.port
   try {
@@ -163,7 +175,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     logger.warn({ host }, 'no auth tokens configured and listening beyond loopback: anyone who can reach it can reset counters')
 
   let reloading: Promise<boolean> = Promise.resolve(true)
-  async function doReload(trigger: string, onlyIfChanged: boolean): Promise<boolean> {
+  async function doReload(trigger: string, onlyIfChanged: boolean, stableText: string | undefined): Promise<boolean> {
     if (configPath === undefined) {
       logger.warn({ trigger }, 'reload asked, but the service runs on the built-in default config: nothing to reload')
       return false
@@ -171,17 +183,26 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     if (closing) return false
     let next: ServiceConfig
     let text: string
+    const previous = current as Runtime
     try {
-      text = await readConfigText(configPath)
+      text = stableText ?? (await readConfigText(configPath))
       if (onlyIfChanged && hash(text) === appliedHash) return true
       next = parseConfig(text, configPath, env)
+      // a token list that goes away would open every /v1 route to anyone: never by accident
+      if (previous.auth.enabled && !new TokenAuth(next.auth).enabled)
+        throw new ConfigFileError(configPath, [
+          {
+            path: 'auth',
+            message:
+              'the new config has no tokens, which would turn auth off: anyone could then check and reset; to turn auth off, restart the service',
+          },
+        ])
     } catch (err) {
       metrics.reload('failure')
       const issues = err instanceof ConfigFileError ? err.message.split('\n') : [String(err)]
       logger.error({ trigger, issues }, 'config reload rejected; the running config stays')
       return false
     }
-    const previous = current as Runtime
     let runtime: Runtime
     try {
       runtime = await Runtime.create(next, hooks, previous)
@@ -199,7 +220,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     current = runtime
     appliedHash = hash(text)
     logger.level = levelOf(next)
-    applyServerTimeouts(next)
+    applyServerLimits(server, next.server)
     const retire = previous.retire(runtime).catch((err: unknown) => logger.error({ err }, 'flushing the previous config failed'))
     retiring.add(retire)
     void retire.finally(() => retiring.delete(retire))
@@ -220,26 +241,19 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     )
     return true
   }
-  const reload = (trigger = 'api', onlyIfChanged = false): Promise<boolean> => {
-    reloading = reloading.then(() => doReload(trigger, onlyIfChanged))
+  const reload = (trigger = 'api', onlyIfChanged = false, stableText?: string): Promise<boolean> => {
+    reloading = reloading.then(() => doReload(trigger, onlyIfChanged, stableText))
     return reloading
   }
 
-  let watcher: FSWatcher | undefined
-  let debounce: NodeJS.Timeout | undefined
+  let watcher: ConfigWatcher | undefined
   if (configPath !== undefined && (options.watch ?? true)) {
-    const dir = path.dirname(path.resolve(configPath))
-    const base = path.basename(configPath)
-    const delay = options.watchDebounceMs ?? 200
     try {
-      // the directory, not the file: editors and config managers replace files by rename
-      watcher = watch(dir, { persistent: false }, (_event, filename) => {
-        if (filename !== null && filename !== base) return
-        clearTimeout(debounce)
-        debounce = setTimeout(() => void reload('file change', true), delay)
-        debounce.unref()
+      watcher = watchConfigFile(configPath, {
+        quietMs: options.watchDebounceMs ?? 300,
+        onStable: (text) => void reload('file change', true, text),
+        onError: (err) => logger.warn({ err }, 'watching the config file failed; reload with SIGHUP'),
       })
-      watcher.on('error', (err) => logger.warn({ err }, 'watching the config file failed; reload with SIGHUP'))
     } catch (err) {
       logger.warn({ err }, 'cannot watch the config file; reload with SIGHUP')
     }
@@ -250,7 +264,6 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     closed ??= (async () => {
       closing = true
       watcher?.close()
-      clearTimeout(debounce)
       const shutdownTimeoutMs = (current as Runtime).config.server.shutdownTimeoutMs
       logger.info({ shutdownTimeoutMs }, 'shutting down: no new connections, finishing in-flight requests')
       const stopped = new Promise<void>((resolve) => server.close(() => resolve()))

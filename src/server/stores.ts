@@ -1,6 +1,8 @@
 import type { RedisScriptClient } from '../algorithms/types.js'
+import { createStrategy } from '../core/registry.js'
 import type { Strategy } from '../core/strategy.js'
 import { withTimeout } from '../core/timeout.js'
+import { registerBuiltInStrategies } from '../strategies/built-in.js'
 import { MemoryStrategy } from '../strategies/memory.js'
 import type { StoreConfig } from './config.js'
 
@@ -34,31 +36,49 @@ export interface StoreHandle {
   close(): Promise<void>
 }
 
-/** Where the built-in strategies live, relative to this file (src/server or dist/server). */
-const STRATEGY_MODULES = {
-  redis: '../strategies/redis/index.js',
-  postgres: '../strategies/postgres/index.js',
-  memcached: '../strategies/memcached/index.js',
-} as const
-
 const DRIVERS = { redis: 'ioredis', postgres: 'pg' } as const
 
-/** Loads a module by specifier; missing modules become a {@link StoreStartError} saying what to install. */
+// The service makes its strategies through the engine's registry, like `strategy: "redis"`: one
+// table of the built-in stores (strategies/built-in.ts), whose modules load on first use.
+let builtInsRegistered = false
+function registerBuiltIns(): void {
+  if (builtInsRegistered) return
+  registerBuiltInStrategies()
+  builtInsRegistered = true
+}
+
+/** A failure to load a store's module, as a {@link StoreStartError} saying what to install. */
+function startError(err: unknown, storeType: string, what: string): StoreStartError {
+  if (err instanceof StoreStartError) return err
+  const code = (err as NodeJS.ErrnoException).code
+  const message = err instanceof Error ? err.message : String(err)
+  if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') {
+    const driver = DRIVERS[storeType as keyof typeof DRIVERS]
+    if (driver !== undefined && message.includes(`'${driver}'`))
+      return new StoreStartError(`store type ${storeType} needs the "${driver}" package: npm install ${driver}`, { cause: err })
+    return new StoreStartError(`store type ${storeType} is not available in this build of ratelimiting (${message})`, { cause: err })
+  }
+  return new StoreStartError(`store type ${storeType}: ${what} failed: ${message}`, { cause: err })
+}
+
+/** Loads a module by specifier (a driver); missing modules become a {@link StoreStartError} saying what to install. */
 export async function loadStoreModule(specifier: string, storeType: string): Promise<Record<string, unknown>> {
   try {
-    // a computed specifier: the module may not exist in every build, and is only loaded when a config asks for it
+    // a computed specifier: the driver is an optional peer dependency, loaded only when a config asks for it
     const url = specifier.startsWith('.') ? new URL(specifier, import.meta.url).href : specifier
     return (await import(url)) as Record<string, unknown>
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code
-    const message = err instanceof Error ? err.message : String(err)
-    if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') {
-      const driver = DRIVERS[storeType as keyof typeof DRIVERS]
-      if (driver !== undefined && message.includes(`'${driver}'`))
-        throw new StoreStartError(`store type ${storeType} needs the "${driver}" package: npm install ${driver}`, { cause: err })
-      throw new StoreStartError(`store type ${storeType} is not available in this build of ratelimiting (${message})`, { cause: err })
-    }
-    throw new StoreStartError(`store type ${storeType}: loading ${specifier} failed: ${message}`, { cause: err })
+    throw startError(err, storeType, `loading ${specifier}`)
+  }
+}
+
+/** Makes a built-in strategy by its type through the engine's registry, as `strategy: "<type>"` does. */
+async function makeBuiltIn(storeType: string, options: Record<string, unknown>): Promise<Strategy> {
+  registerBuiltIns()
+  try {
+    return await createStrategy(storeType, options)
+  } catch (err) {
+    throw startError(err, storeType, 'making the store')
   }
 }
 
@@ -68,18 +88,26 @@ function exportedClass<T>(module: Record<string, unknown>, name: string, storeTy
   return value as new (options: Record<string, unknown>) => T
 }
 
-/** Checks that the modules a store section needs can be loaded, without connecting. */
-export async function checkStoreModules(store: StoreConfig, needsStrategy: boolean): Promise<void> {
-  if (store.type === 'memory') return
-  if (store.type === 'redis') await loadStoreModule('ioredis', 'redis')
-  if (needsStrategy || store.type !== 'redis') await loadStoreModule(STRATEGY_MODULES[store.type], store.type)
+/** Checks that the driver a store section needs can be loaded, without connecting. */
+export async function checkStoreModules(store: StoreConfig, _needsStrategy: boolean): Promise<void> {
+  if (store.type === 'redis' || store.type === 'postgres') await loadStoreModule(DRIVERS[store.type], store.type)
 }
 
 /** Identifies a store section and key prefix: a reload with the same signature keeps the connections. */
 export function storeSignature(store: StoreConfig, keyPrefix: string): string {
   // the memory store has no connection and no key names: any memory section keeps its counters
   if (store.type === 'memory') return 'memory'
-  return `${JSON.stringify([store.type, store.url ?? '', store.nodes ?? [], store.servers ?? [], store.timeoutMs])}|${keyPrefix}`
+  return `${JSON.stringify([store.type, store.url ?? '', store.nodes ?? [], store.servers ?? [], store.schema ?? '', store.timeoutMs])}|${keyPrefix}`
+}
+
+/**
+ * The prefix of the counter algorithm's Redis keys: `<prefix>#counter`, so its keys are
+ * `<prefix>#counter:{<policy>:<userId>}:<size>:<start>` (RedisStrategy's format). After the
+ * prefix, `#` is the counter's, `:` the default policy's seed keys and `@` the named policies'
+ * keys: no user id of one can name a key of another.
+ */
+export function counterPrefix(keyPrefix: string): string {
+  return `${keyPrefix}#counter`
 }
 
 /** How a Redis Cluster node is written in the config: `host:port` or a URL. */
@@ -128,7 +156,7 @@ export interface OpenStoreOptions {
   readonly needsStrategy: boolean
   /** Called with connection errors (they are also what /readyz reports). */
   readonly onError: (err: Error) => void
-  /** The key prefix; the counter algorithm's Redis keys go under `<prefix>:counter`. */
+  /** The key prefix; the counter algorithm's Redis keys go under `<prefix>#counter` (memcached: `<prefix>:counter:`). */
   readonly keyPrefix: string
 }
 
@@ -151,37 +179,24 @@ export async function openStore(store: StoreConfig, options: OpenStoreOptions): 
     }
   }
 
-  // the strategy module is loaded first so a missing module fails before any connection opens
-  const strategyModule =
-    options.needsStrategy || store.type !== 'redis' ? await loadStoreModule(STRATEGY_MODULES[store.type], store.type) : undefined
+  // the driver is loaded first so a missing one fails before any connection opens
+  await checkStoreModules(store, options.needsStrategy)
   const redis = store.type === 'redis' ? await connectRedis(store, options.onError) : undefined
   let strategy: Strategy | undefined
   const makeStrategy = async (): Promise<Strategy> => {
     if (strategy !== undefined) return strategy
-    if (strategyModule === undefined) throw new StoreStartError(`store type ${store.type}: no strategy module loaded`)
     if (store.type === 'redis') {
-      const RedisStrategy = exportedClass<Strategy>(strategyModule, 'RedisStrategy', 'redis')
-      strategy = new RedisStrategy({
-        client: redis,
-        prefix: `${options.keyPrefix}:counter`,
-      })
+      strategy = await makeBuiltIn('redis', { client: redis, prefix: counterPrefix(options.keyPrefix) })
     } else if (store.type === 'postgres') {
-      const PostgresStrategy = exportedClass<Strategy & { migrate?: () => Promise<void> }>(strategyModule, 'PostgresStrategy', 'postgres')
-      const pg = new PostgresStrategy({
+      // the registry's postgres factory runs migrate() (the counters table) before answering
+      strategy = await makeBuiltIn('postgres', {
         connectionString: store.url,
+        ...(store.schema !== undefined ? { schema: store.schema } : {}),
         queryTimeoutMs: timeoutMs,
         onError: options.onError,
       })
-      try {
-        await pg.migrate?.()
-      } catch (err) {
-        await pg.close().catch(() => undefined)
-        throw new StoreStartError(`store type postgres: creating the counters table failed: ${(err as Error).message}`, { cause: err })
-      }
-      strategy = pg
     } else {
-      const MemcachedStrategy = exportedClass<Strategy>(strategyModule, 'MemcachedStrategy', 'memcached')
-      strategy = new MemcachedStrategy({
+      strategy = await makeBuiltIn('memcached', {
         servers: store.servers,
         prefix: `${options.keyPrefix}:counter:`,
         timeoutMs,
@@ -203,7 +218,16 @@ export async function openStore(store: StoreConfig, options: OpenStoreOptions): 
         return
       }
       const s = await makeStrategy()
-      await withTimeout(s.getWindow('readyz', 'readyz', 0, 1), probeTimeoutMs, s.name, 'readiness probe')
+      // a read through the one call every store has: a refresh-only push
+      const probe = {
+        namespace: 'readyz',
+        nodeId: 'readyz',
+        seq: 0,
+        nowMs: Date.now(),
+        windows: [],
+        refresh: [{ key: 'readyz', windowStartMs: 0, windowSizeMs: 1 }],
+      }
+      await withTimeout(s.pushDiffs(probe), probeTimeoutMs, s.name, 'readiness probe')
     },
     async close() {
       const errors: unknown[] = []

@@ -171,6 +171,7 @@ export async function startOwnRedis(): Promise<OwnRedis> {
         retryStrategy: () => null,
         maxRetriesPerRequest: 0,
       })
+      probe.on('error', () => undefined)
       try {
         await probe.connect()
         await probe.ping()

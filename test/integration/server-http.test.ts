@@ -157,6 +157,9 @@ describe('service HTTP API (memory store)', { timeout: 60_000 }, () => {
     assert.match(text, /ratelimiting_sync_lag_seconds\{policy="synced"\} [\d.e-]+/)
     assert.match(text, /ratelimiting_sync_pending_hits\{policy="synced"\} \d+/)
     assert.match(text, /ratelimiting_sync_pending_windows\{policy="synced"\} \d+/)
+    assert.match(text, /ratelimiting_syncs_total\{policy="synced"\} \d+/)
+    assert.match(text, /ratelimiting_open_connections [1-9]/)
+    assert.match(text, /ratelimiting_connections_refused_total 0/)
     assert.match(
       text,
       /ratelimiting_policy_info\{policy="counter",algorithm="sliding-window-counter-algo",limit="2",window="60",store="memory"\} 1/,
@@ -234,15 +237,38 @@ describe('service HTTP API (memory store)', { timeout: 60_000 }, () => {
       assert.equal(errorCode(declared), 'payload_too_large')
       // chunked: no Content-Length, the limit is found while reading
       const streamed = await new Promise<number>((resolve, reject) => {
-        const req = httpRequest(`${base}/v1/check`, { method: 'POST', headers: { 'transfer-encoding': 'chunked' } }, (res) => {
-          res.resume()
-          resolve(res.statusCode ?? 0)
-        })
+        const req = httpRequest(
+          `${base}/v1/check`,
+          { method: 'POST', headers: { 'transfer-encoding': 'chunked', 'content-type': 'application/json' } },
+          (res) => {
+            res.resume()
+            resolve(res.statusCode ?? 0)
+          },
+        )
         req.on('error', reject)
         for (let i = 0; i < 4; i++) req.write('x'.repeat(500))
         req.end()
       })
       assert.equal(streamed, 413)
+    })
+
+    it('answers 415 to a body that is not sent as JSON, and counts nothing', async () => {
+      for (const type of [undefined, 'text/plain', 'application/x-www-form-urlencoded', 'application/json; charset=latin1']) {
+        const headers: Record<string, string> = type === undefined ? {} : { 'content-type': type }
+        const a = await call(`${base}/v1/check`, { method: 'POST', headers, body: JSON.stringify({ userId: 'typed' }) })
+        assert.equal(a.status, 415, String(type))
+        assert.equal(errorCode(a), 'unsupported_media_type')
+        assert.match(String(a.body?.message), /the body must be JSON, sent with Content-Type: application\/json/)
+      }
+      assert.equal((await call(`${base}/v1/users/typed`)).body?.count, 0)
+      for (const type of ['application/json; charset=utf-8', 'Application/JSON', 'application/json;charset="UTF-8"']) {
+        const a = await call(`${base}/v1/check`, {
+          method: 'POST',
+          headers: { 'content-type': type },
+          body: JSON.stringify({ userId: 'typed' }),
+        })
+        assert.equal(a.status, 200, type)
+      }
     })
 
     it('survives garbage that is not HTTP', async () => {

@@ -72,7 +72,7 @@ describe('seed algorithms on a Redis Cluster', { timeout: 30_000 }, () => {
     rmSync(dir, { recursive: true, force: true })
   })
 
-  it('runs both scripts, each on the one slot of its {userId} hash tag', async () => {
+  it('runs both scripts, each in the one slot of its one key, without a hash tag', async () => {
     const fw = new RedisFixedWindow({ client: cluster, limit: 2, windowMs: 60_000 })
     const log = new RedisSlidingLog({ client: cluster, limit: 2, windowMs: 60_000 })
     for (const user of ['a', 'b{x}', 'c}d']) {
@@ -81,7 +81,7 @@ describe('seed algorithms on a Redis Cluster', { timeout: 30_000 }, () => {
       const logged = [await log.check(user), await log.check(user), await log.check(user)].map((d) => d.allowed)
       assert.deepEqual(logged, [true, true, false], `sliding log, ${user}`)
     }
-    assert.equal(await cluster.type('rlaas:rate_limit:{a}'), 'zset')
+    assert.equal(await cluster.type('rlaas:rate_limit:a'), 'zset')
     assert.equal(await cluster.type(fw.key('a')), 'string')
   })
 
@@ -111,7 +111,12 @@ store: { type: redis, nodes: ["127.0.0.1:${port}"] }
         [(await check(t.url, { userId: 'n1', policy: 'fixed' })).status, (await check(t.url, { userId: 'n1', policy: 'fixed' })).status],
         [200, 429],
       )
-      assert.equal(await cluster.type('svc:{n1}'), 'zset')
+      assert.equal(await cluster.type('svc:n1'), 'zset')
+      const direct = new Redis(port, '127.0.0.1')
+      const fixedKeys = await direct.keys('svc@fixed:fixed:n1:*')
+      direct.disconnect()
+      assert.equal(fixedKeys.length, 1, 'the named policy has its own key')
+      assert.equal(await cluster.type(fixedKeys[0] as string), 'string')
     } finally {
       await t.close()
     }

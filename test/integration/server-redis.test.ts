@@ -34,7 +34,7 @@ describe('seed algorithms on Redis', { timeout: 60_000 }, () => {
     redis.disconnect()
   })
 
-  it('fixed window: a STRING at <prefix>:{userId}:<window> with INCR and EXPIRE window-size', async () => {
+  it('fixed window: a STRING at <prefix>:<userId>:<window> with INCR and EXPIRE window-size', async () => {
     const clock = createFakeClock(MINUTE + 5_000)
     const fw = new RedisFixedWindow({
       client: redis,
@@ -44,9 +44,9 @@ describe('seed algorithms on Redis', { timeout: 60_000 }, () => {
       clock: clock.now,
     })
     await fw.check('u1')
-    const key = `${prefix}:{u1}:${Math.floor((MINUTE + 5_000) / 60_000)}`
-    assert.equal(key, `${prefix}:{u1}:28333333`)
-    assert.deepEqual(await keysUnder(redis, `${prefix}:{u1}`), [key])
+    const key = `${prefix}:u1:${Math.floor((MINUTE + 5_000) / 60_000)}`
+    assert.equal(key, `${prefix}:u1:28333333`)
+    assert.deepEqual(await keysUnder(redis, `${prefix}:u1`), [key])
     assert.equal(await redis.type(key), 'string')
     assert.equal(await redis.get(key), '1')
     assert.equal(await redis.ttl(key), 60)
@@ -85,7 +85,7 @@ describe('seed algorithms on Redis', { timeout: 60_000 }, () => {
     clock.advance(200)
     for (let i = 0; i < 6; i++) if ((await fw.check('u3')).allowed) admitted++
     assert.equal(admitted, 10)
-    const keys = await keysUnder(redis, `${prefix}:{u3}`)
+    const keys = await keysUnder(redis, `${prefix}:u3`)
     assert.deepEqual(
       keys.map((k) => k.split(':').pop()),
       ['28333333', '28333334'],
@@ -93,7 +93,7 @@ describe('seed algorithms on Redis', { timeout: 60_000 }, () => {
     assert.equal(await redis.get(keys[0] as string), '6', 'denied requests count, as with INCR')
   })
 
-  it('sliding log: a ZSET at <prefix>:{userId} scored by ms, unique members, PEXPIRE 2 x window', async () => {
+  it('sliding log: a ZSET at <prefix>:<userId> scored by ms, unique members, PEXPIRE 2 x window', async () => {
     const clock = createFakeClock(MINUTE)
     const log = new RedisSlidingLog({
       client: redis,
@@ -104,7 +104,7 @@ describe('seed algorithms on Redis', { timeout: 60_000 }, () => {
     })
     // the same millisecond three times: members must still be distinct
     await Promise.all([log.check('u4'), log.check('u4'), log.check('u4')])
-    const key = `${prefix}:{u4}`
+    const key = `${prefix}:u4`
     assert.equal(log.key('u4'), key)
     assert.equal(await redis.type(key), 'zset')
     const entries = await redis.zrange(key, '0', '-1', 'WITHSCORES')
@@ -130,10 +130,10 @@ describe('seed algorithms on Redis', { timeout: 60_000 }, () => {
     const denied = await log.check('u5')
     assert.equal(denied.allowed, false)
     assert.equal(denied.retryAfterMs, 6_000)
-    assert.equal(await redis.zcard(`${prefix}:{u5}`), 2)
+    assert.equal(await redis.zcard(`${prefix}:u5`), 2)
     clock.advance(6_000)
     assert.equal((await log.check('u5')).allowed, true)
-    const scores = (await redis.zrange(`${prefix}:{u5}`, '0', '-1', 'WITHSCORES')).filter((_, i) => i % 2 === 1)
+    const scores = (await redis.zrange(`${prefix}:u5`, '0', '-1', 'WITHSCORES')).filter((_, i) => i % 2 === 1)
     assert.deepEqual(scores, [String(MINUTE + 4_000), String(MINUTE + 10_000)])
   })
 
@@ -157,12 +157,12 @@ describe('seed algorithms on Redis', { timeout: 60_000 }, () => {
     await fw.check('u6')
     assert.equal((await log.peek('u6')).count, 1)
     assert.equal((await fw.peek('u6')).count, 1)
-    assert.equal(await redis.zcard(`${prefix}:{u6}`), 1)
+    assert.equal(await redis.zcard(`${prefix}:u6`), 1)
     assert.equal((await log.peek('never-seen')).count, 0)
-    assert.equal(await redis.exists(`${prefix}:{never-seen}`), 0)
+    assert.equal(await redis.exists(`${prefix}:never-seen`), 0)
     await log.reset('u6')
     await fw.reset('u6')
-    assert.deepEqual(await keysUnder(redis, `${prefix}:{u6}`), [])
+    assert.deepEqual(await keysUnder(redis, `${prefix}:u6`), [])
   })
 
   it('decides exactly as the memory versions for the same requests and clock', async () => {
@@ -230,20 +230,21 @@ store: { type: redis, url: "${SHARED_REDIS_URL}" }
     redis.disconnect()
   })
 
-  it('keeps the seed key formats, types and TTLs', async () => {
+  it('writes the seed key formats, types and TTLs for the default policy, keys of its own for a named one', async () => {
     await check(t.url, { userId: 'svc-1' })
     await check(t.url, { userId: 'svc-1', policy: 'fixed' })
     const window = Math.floor(Date.now() / 3_600_000)
-    const keys = await keysUnder(redis, `${prefix}:{svc-1}`)
-    assert.ok(keys.includes(`${prefix}:{svc-1}`))
-    assert.ok(keys.includes(`${prefix}:{svc-1}:${window}`) || keys.includes(`${prefix}:{svc-1}:${window - 1}`), keys.join(' '))
-    const fixedKey = keys.find((k) => k !== `${prefix}:{svc-1}`) as string
-    assert.equal(await redis.type(`${prefix}:{svc-1}`), 'zset')
+    assert.deepEqual(await keysUnder(redis, `${prefix}:svc-1`), [`${prefix}:svc-1`], 'the default sliding log: the seed key')
+    assert.equal(await redis.type(`${prefix}:svc-1`), 'zset')
+    const pttl = await redis.pttl(`${prefix}:svc-1`)
+    assert.ok(pttl > 119_000 && pttl <= 120_000, `PEXPIRE 2 x window, got ${pttl}`)
+    const fixedKeys = await keysUnder(redis, `${prefix}@fixed:fixed:svc-1:`)
+    assert.equal(fixedKeys.length, 1, fixedKeys.join(' '))
+    const fixedKey = fixedKeys[0] as string
+    assert.ok([`${window}`, `${window - 1}`].includes(fixedKey.split(':').pop() as string), fixedKey)
     assert.equal(await redis.type(fixedKey), 'string')
     const ttl = await redis.ttl(fixedKey)
     assert.ok(ttl > 3590 && ttl <= 3600, `EXPIRE window-size, got ${ttl}`)
-    const pttl = await redis.pttl(`${prefix}:{svc-1}`)
-    assert.ok(pttl > 119_000 && pttl <= 120_000, `PEXPIRE 2 x window, got ${pttl}`)
   })
 
   for (const policy of ['default', 'fixed']) {
@@ -269,9 +270,9 @@ store: { type: redis, url: "${SHARED_REDIS_URL}" }
 
   it('resets a user by deleting its key', async () => {
     await check(t.url, { userId: 'svc-2' })
-    assert.equal(await redis.exists(`${prefix}:{svc-2}`), 1)
+    assert.equal(await redis.exists(`${prefix}:svc-2`), 1)
     assert.equal((await call(`${t.url}/v1/users/svc-2`, { method: 'DELETE' })).status, 204)
-    assert.equal(await redis.exists(`${prefix}:{svc-2}`), 0)
+    assert.equal(await redis.exists(`${prefix}:svc-2`), 0)
   })
 
   it('runs the counter algorithm on Redis, periodic and synchronous', async () => {
@@ -279,13 +280,13 @@ store: { type: redis, url: "${SHARED_REDIS_URL}" }
     assert.equal((await check(t.url, { userId: 'svc-3', policy: 'counter' })).status, 429)
     for (let i = 0; i < 3; i++) assert.equal((await check(t.url, { userId: 'svc-3', policy: 'counter-sync' })).status, 200)
     assert.equal((await check(t.url, { userId: 'svc-3', policy: 'counter-sync' })).status, 429)
-    const engineKeys = await keysUnder(redis, `${prefix}:counter:`)
+    const engineKeys = await keysUnder(redis, `${prefix}#counter:`)
     assert.ok(
-      engineKeys.some((k) => k.startsWith(`${prefix}:counter:{counter-sync:svc-3}`)),
+      engineKeys.some((k) => k.startsWith(`${prefix}#counter:{counter-sync:svc-3}`)),
       `the synchronous counter wrote through: ${engineKeys.join(' ')}`,
     )
     await t.service.runtime().policies.get('counter')?.engine?.rl.sync('counter')
-    assert.ok((await keysUnder(redis, `${prefix}:counter:{counter:svc-3}`)).length > 0, 'the periodic counter synced')
+    assert.ok((await keysUnder(redis, `${prefix}#counter:{counter:svc-3}`)).length > 0, 'the periodic counter synced')
   })
 
   it('is ready while Redis answers', async () => {

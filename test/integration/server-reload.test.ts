@@ -5,13 +5,19 @@
  * reload drops a counter policy and when it shuts down.
  */
 import assert from 'node:assert/strict'
+import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { Redis } from 'ioredis'
+import { ConfigFileError } from '../../src/server/config.js'
+import { startService } from '../../src/server/service.js'
 import type { MemoryStrategy } from '../../src/strategies/memory.js'
 import {
   type Answer,
   call,
   check,
+  delay,
   deleteKeys,
   keysUnder,
   SHARED_REDIS_URL,
@@ -133,23 +139,99 @@ describe('config reload', { timeout: 60_000 }, () => {
       `rate-limiter: { use-algo: sliding-window-counter-algo, max-requests: 100, window-size: 60, sync-rate: 86400 }\nstore: { type: memory }\n${policies}`
     const t = await startTestService(yaml('policies:\n  gone: { max-requests: 10 }\n'))
     const store = (await t.service.runtime().store.strategy()) as MemoryStrategy
-    const windowStart = Math.floor(Date.now() / 60_000) * 60
+    const windowStart = Math.floor(Date.now() / 60_000) * 60_000
     try {
       for (let i = 0; i < 3; i++) await check(t.url, { userId: 'flushed', policy: 'gone' })
       for (let i = 0; i < 2; i++) await check(t.url, { userId: 'flushed' })
-      assert.equal((await store.getWindow('flushed', 'gone', windowStart, 60)).count, 0, 'nothing synced yet (sync-rate 1 day)')
+      assert.equal((await store.getWindow('flushed', 'gone', windowStart, 60_000)).count, 0, 'nothing synced yet (sync-rate 1 day)')
       t.write(yaml(''))
       assert.equal(await t.service.reload(), true)
       await until(
-        async () => (await store.getWindow('flushed', 'gone', windowStart, 60)).count === 3,
+        async () => (await store.getWindow('flushed', 'gone', windowStart, 60_000)).count === 3,
         3000,
         'the flush of the removed policy',
       )
-      assert.equal((await store.getWindow('flushed', 'default', windowStart, 60)).count, 0, 'the kept policy still holds its hits')
+      assert.equal((await store.getWindow('flushed', 'default', windowStart, 60_000)).count, 0, 'the kept policy still holds its hits')
     } finally {
       await t.close()
     }
-    assert.equal((await store.getWindow('flushed', 'default', windowStart, 60)).count, 2, 'shutdown flushed the rest')
+    assert.equal((await store.getWindow('flushed', 'default', windowStart, 60_000)).count, 2, 'shutdown flushed the rest')
+  })
+})
+
+const TOKEN = 'client-token-123'
+const AUTHED = `auth: { tokens: [${TOKEN}] }\n`
+const LOGIN = 'policies:\n  login: { use-algo: fixed-window-algo, max-requests: 100 }\n'
+const bearer = { authorization: `Bearer ${TOKEN}` }
+
+describe('config files that are not a config', { timeout: 60_000 }, () => {
+  for (const [what, text] of [
+    ['an empty file', ''],
+    ['a file without a store section', 'rate-limiter: { max-requests: 5 }\n'],
+  ] as const) {
+    it(`serve refuses ${what}`, async () => {
+      const dir = mkdtempSync(path.join(tmpdir(), 'rl-service-'))
+      const file = path.join(dir, 'ratelimiting.yaml')
+      writeFileSync(file, text)
+      try {
+        await assert.rejects(
+          startService({ configPath: file, port: 0, watch: false, defaultMetrics: false, env: {} }),
+          (err: unknown) => err instanceof ConfigFileError && /store: is required/.test(err.message),
+        )
+      } finally {
+        rmSync(dir, { recursive: true, force: true })
+      }
+    })
+  }
+
+  it('a reload refuses an empty file, one without store, and one that turns auth off; access stays as it was', async () => {
+    const t = await startTestService(`${AUTHED}${LOGIN}store: { type: memory }\n`)
+    try {
+      for (const text of ['', `${AUTHED}${LOGIN}`, `${LOGIN}store: { type: memory }\n`]) {
+        t.write(text)
+        assert.equal(await t.service.reload(), false, JSON.stringify(text))
+        assert.equal((await check(t.url, { userId: 'anon' })).status, 401, 'auth is still on')
+        assert.equal((await check(t.url, { userId: 'u', policy: 'login' }, bearer)).status, 200, 'the named policy is still there')
+      }
+      const rejections = t.logs.filter((l) => l.msg === 'config reload rejected; the running config stays')
+      assert.equal(rejections.length, 3)
+      assert.match(JSON.stringify(rejections[0]?.issues), /store: is required/)
+      assert.match(JSON.stringify(rejections[2]?.issues), /auth: the new config has no tokens, which would turn auth off/)
+      assert.match(await (await fetch(`${t.url}/metrics`)).text(), /ratelimiting_config_reloads_total\{result="failure"\} 3/)
+    } finally {
+      await t.close()
+    }
+  })
+
+  it('applies a file written in two chunks, with a pause longer than the debounce, only once it is whole', async () => {
+    // The pause (1.5 s) is longer than the quiet period a plain debounce waits for (1 s), which
+    // applied the first chunk alone, and shorter than the stable-file rule's 2 x 1 s with 0.5 s
+    // to spare for a late timer on a busy machine (timers fire late, never early).
+    const t = await startTestService(`${AUTHED}${LOGIN}store: { type: memory }\n`, { watch: true, watchDebounceMs: 1_000 })
+    try {
+      // requests on the named policy throughout: the first chunk alone has no such policy
+      let polling = true
+      const statuses: number[] = []
+      const poller = (async () => {
+        for (let n = 0; polling; n++) {
+          statuses.push((await check(t.url, { userId: `poll-${n}`, policy: 'login' }, bearer)).status)
+          await delay(10)
+        }
+      })()
+      // the first chunk is a valid config on its own: auth and store, a new default limit
+      writeFileSync(t.file, `${AUTHED}store: { type: memory }\nrate-limiter: { max-requests: 7 }\n`)
+      await delay(1_500)
+      appendFileSync(t.file, LOGIN)
+      await until(() => t.service.config().policies.get('default')?.maxRequests === 7, 10_000, 'the whole file to apply')
+      polling = false
+      await poller
+      assert.ok(t.service.config().policies.has('login'), 'the second chunk applied with the first')
+      assert.equal(t.logs.filter((l) => l.msg === 'config reloaded').length, 1, 'one reload, of the whole file')
+      assert.ok(statuses.length > 20, `requests were sent throughout (${statuses.length})`)
+      assert.deepEqual([...new Set(statuses)], [200], 'the named policy never went away')
+    } finally {
+      await t.close()
+    }
   })
 })
 
@@ -171,16 +253,16 @@ describe('config reload on Redis', { timeout: 60_000 }, () => {
 
   it('switches from the sliding log to the fixed window; the old keys expire by themselves', async () => {
     await check(t.url, { userId: 'switch' })
-    assert.equal(await redis.type(`${prefix}:{switch}`), 'zset')
+    assert.equal(await redis.type(`${prefix}:switch`), 'zset')
     t.write(yaml('fixed-window-algo'))
     assert.equal(await t.service.reload(), true)
     const a = await check(t.url, { userId: 'switch' })
     assert.equal(a.body?.count, 1, 'the fixed window starts its own count')
-    const keys = await keysUnder(redis, `${prefix}:{switch}`)
+    const keys = await keysUnder(redis, `${prefix}:switch`)
     assert.equal(keys.length, 2)
-    const fixedKey = keys.find((k) => k !== `${prefix}:{switch}`) as string
+    const fixedKey = keys.find((k) => k !== `${prefix}:switch`) as string
     assert.equal(await redis.type(fixedKey), 'string')
-    const oldTtl = await redis.pttl(`${prefix}:{switch}`)
+    const oldTtl = await redis.pttl(`${prefix}:switch`)
     assert.ok(oldTtl > 0 && oldTtl <= 120_000, `the old ZSET keeps its expiry (${oldTtl} ms)`)
   })
 
@@ -188,7 +270,7 @@ describe('config reload on Redis', { timeout: 60_000 }, () => {
     t.write(memoryConfig('sliding-window-algo', 10))
     assert.equal(await t.service.reload(), true)
     await check(t.url, { userId: 'moved' })
-    assert.equal(await redis.exists(`${prefix}:{moved}`), 0)
+    assert.equal(await redis.exists(`${prefix}:moved`), 0)
     assert.deepEqual((await call(`${t.url}/readyz`)).body, {
       status: 'ready',
       store: 'memory',

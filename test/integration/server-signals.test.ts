@@ -79,10 +79,10 @@ describe('ratelimiting serve as a process', { timeout: 60_000 }, () => {
   }
 
   it('reloads on SIGHUP', async () => {
-    const { child, file } = start('rate-limiter: { max-requests: 2 }\n')
+    const { child, file } = start('rate-limiter: { max-requests: 2 }\nstore: { type: memory }\n')
     const url = await child.url()
     assert.equal((await check(url, { userId: 'hup' })).body?.limit, 2)
-    writeFileSync(file, 'rate-limiter: { max-requests: 9 }\n')
+    writeFileSync(file, 'rate-limiter: { max-requests: 9 }\nstore: { type: memory }\n')
     child.process.kill('SIGHUP')
     await until(async () => (await check(url, { userId: 'hup' })).body?.limit === 9, 5_000, 'the SIGHUP reload')
     child.process.kill('SIGTERM')
@@ -90,7 +90,7 @@ describe('ratelimiting serve as a process', { timeout: 60_000 }, () => {
   })
 
   it('on SIGTERM stops accepting, finishes the in-flight request, then exits 0', async () => {
-    const { child } = start('rate-limiter: { max-requests: 5 }\n')
+    const { child } = start('rate-limiter: { max-requests: 5 }\nstore: { type: memory }\n')
     const { hostname, port } = new URL(await child.url())
     const body = JSON.stringify({ userId: 'in-flight' })
     // a request whose body is still on its way when the signal arrives
@@ -128,15 +128,15 @@ describe('ratelimiting serve as a process', { timeout: 60_000 }, () => {
       )
       const url = await child.url()
       for (let i = 0; i < 4; i++) assert.equal((await check(url, { userId: 'flush-me' })).status, 200)
-      const windowStart = Math.floor(Date.now() / 60_000) * 60
+      const windowStart = Math.floor(Date.now() / 60_000) * 60_000
       const reader = new RedisStrategy({
         client: redis,
-        prefix: `${prefix}:counter`,
+        prefix: `${prefix}#counter`,
       })
-      assert.equal((await reader.getWindow('flush-me', 'default', windowStart, 60)).count, 0, 'nothing synced before the signal')
+      assert.equal((await reader.getWindow('flush-me', 'default', windowStart, 60_000)).count, 0, 'nothing synced before the signal')
       child.process.kill('SIGTERM')
       assert.equal(await child.exited, 0)
-      assert.equal((await reader.getWindow('flush-me', 'default', windowStart, 60)).count, 4)
+      assert.equal((await reader.getWindow('flush-me', 'default', windowStart, 60_000)).count, 4)
     } finally {
       await deleteKeys(redis, prefix)
       redis.disconnect()
@@ -144,7 +144,7 @@ describe('ratelimiting serve as a process', { timeout: 60_000 }, () => {
   })
 
   it('exits 3 on an invalid config, logging the file, line, key and reason', async () => {
-    const { child, file } = start('rate-limiter:\n  use-algo: leaky-bucket\n')
+    const { child, file } = start('rate-limiter:\n  use-algo: leaky-bucket\nstore: { type: memory }\n')
     assert.equal(await child.exited, 3)
     const fatal = child.logs.find((l) => l.msg === 'invalid config')
     assert.ok(fatal, JSON.stringify(child.logs))
@@ -161,7 +161,7 @@ describe('ratelimiting serve as a process', { timeout: 60_000 }, () => {
     const { port } = blocker.address() as { port: number }
     try {
       const file = path.join(dir, 'taken.yaml')
-      writeFileSync(file, `server: { port: ${port} }\n`)
+      writeFileSync(file, `server: { port: ${port} }\nstore: { type: memory }\n`)
       const child = run(['serve', '--config', file])
       children.push(child)
       assert.equal(await child.exited, 4)

@@ -69,7 +69,7 @@ describe('ratelimiting command line', () => {
 
   it('check-config exits 3 with the file, line, key path and reason', async () => {
     const file = path.join(dir, 'bad.yaml')
-    writeFileSync(file, 'server:\n  port: 8080\nrate-limiter:\n  window-size: -5\n')
+    writeFileSync(file, 'server:\n  port: 8080\nrate-limiter:\n  window-size: -5\nstore: { type: memory }\n')
     const t = io()
     assert.equal(await runCli(['check-config', file], t.fake), EXIT.CONFIG)
     assert.equal(t.err(), `${file}:4:3: rate-limiter.window-size: must be >= 1, got -5\n`)
@@ -80,6 +80,25 @@ describe('ratelimiting command line', () => {
     const file = path.join(dir, 'absent.yaml')
     assert.equal(await runCli(['check-config', file], t.fake), EXIT.CONFIG)
     assert.equal(t.err(), `${file}: file not found\n`)
+  })
+
+  it('check-config exits 3 on a store URL that serve could not open', async () => {
+    const file = path.join(dir, 'comma.yaml')
+    writeFileSync(file, 'store: { type: redis, url: "redis://127.0.0.1:7490," }\n')
+    const t = io()
+    assert.equal(await runCli(['check-config', file], t.fake), EXIT.CONFIG)
+    assert.match(
+      t.err(),
+      /store\.url: must be a redis:\/\/ or rediss:\/\/ URL, got "redis:\/\/127\.0\.0\.1:7490,", which is not a valid URL/,
+    )
+  })
+
+  it('check-config exits 3 on an empty file', async () => {
+    const file = path.join(dir, 'empty.yaml')
+    writeFileSync(file, '')
+    const t = io()
+    assert.equal(await runCli(['check-config', file], t.fake), EXIT.CONFIG)
+    assert.match(t.err(), /store: is required/)
   })
 
   it('check-config applies the environment overrides', async () => {

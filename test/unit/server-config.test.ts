@@ -73,17 +73,17 @@ describe('service config', () => {
   })
 
   it('names the file, line, key path and reason of an unknown key', () => {
-    const [line] = issuesOf('rate-limiter:\n  use-algo: fixed-window-algo\n  max-request: 5\n')
+    const [line] = issuesOf('rate-limiter:\n  use-algo: fixed-window-algo\n  max-request: 5\nstore: { type: memory }\n')
     assert.match(line as string, /^rl\.yaml:3:3: rate-limiter\.max-request: unknown key; expected one of use-algo, max-requests/)
   })
 
   it('names a wrong type with the value it got', () => {
-    const [line] = issuesOf('rate-limiter:\n  window-size: "60s"\n')
+    const [line] = issuesOf('rate-limiter:\n  window-size: "60s"\nstore: { type: memory }\n')
     assert.equal(line, 'rl.yaml:2:3: rate-limiter.window-size: must be an integer, got "60s"')
   })
 
   it('names an unknown algorithm with the accepted ones', () => {
-    const [line] = issuesOf('rate-limiter:\n  use-algo: token-bucket\n')
+    const [line] = issuesOf('rate-limiter:\n  use-algo: token-bucket\nstore: { type: memory }\n')
     assert.equal(
       line,
       'rl.yaml:2:3: rate-limiter.use-algo: must be one of fixed-window-algo, sliding-window-algo, sliding-window-counter-algo, got "token-bucket"',
@@ -117,22 +117,62 @@ describe('service config', () => {
 
   it('refuses a policy named default and bad policy names', () => {
     assert.match(
-      issuesOf('policies:\n  default: { max-requests: 1 }\n')[0] as string,
+      issuesOf('policies:\n  default: { max-requests: 1 }\nstore: { type: memory }\n')[0] as string,
       /policies\.default: the default policy is the rate-limiter section/,
     )
     assert.match(
-      issuesOf('policies:\n  "bad name": { max-requests: 1 }\n')[0] as string,
+      issuesOf('policies:\n  "bad name": { max-requests: 1 }\nstore: { type: memory }\n')[0] as string,
       /rl\.yaml:2:3: policies\.bad name: is not a valid policy name/,
     )
   })
 
+  it('reports a bad policy name once, by name, never as "must match undefined"', () => {
+    const lines = issuesOf('policies:\n  "a:b": { max-requests: 1 }\nstore: { type: memory }\n')
+    assert.deepEqual(lines, [
+      'rl.yaml:2:3: policies.a:b: is not a valid policy name: use letters, digits, "_", "." and "-", at most 64, starting with a letter or digit',
+    ])
+  })
+
+  it('refuses store addresses that serve could not open', () => {
+    assert.deepEqual(issuesOf('store: { type: redis, url: "redis://127.0.0.1:7490," }\n'), [
+      'rl.yaml:1:23: store.url: must be a redis:// or rediss:// URL, got "redis://127.0.0.1:7490,", which is not a valid URL',
+    ])
+    assert.match(
+      issuesOf('store: { type: redis }\n', { RATELIMITING_STORE_URL: 'redis://127.0.0.1:7490,' })[0] as string,
+      /store\.url: must be a redis/,
+    )
+    assert.match(
+      issuesOf('store: { type: redis, nodes: ["127.0.0.1:7101", "127.0.0.1:7102,"] }\n')[0] as string,
+      /store\.nodes\.1: must be host:port or a redis:\/\/ URL, got "127\.0\.0\.1:7102,"/,
+    )
+    assert.match(
+      issuesOf(
+        'rate-limiter: { use-algo: sliding-window-counter-algo }\nstore: { type: memcached, servers: ["localhost"] }\n',
+      )[0] as string,
+      /store\.servers\.0: must be host:port, got "localhost"/,
+    )
+    const ok = parseConfig('store: { type: redis, nodes: ["127.0.0.1:7101", "redis://127.0.0.1:7102", "localhost"] }\n', 'rl.yaml')
+    assert.equal(ok.store.nodes?.length, 3)
+  })
+
+  it('refuses an empty file and a file without store: they are not a config', () => {
+    for (const text of ['', '# nothing yet\n', 'rate-limiter: { max-requests: 5 }\n']) {
+      const lines = issuesOf(text)
+      assert.equal(lines.length, 1, lines.join('\n'))
+      assert.match(lines[0] as string, /store: is required: say where counters live, such as store: \{ type: memory \}/)
+    }
+  })
+
   it('refuses a sync rate between 0 and 1 ms', () => {
-    const [line] = issuesOf('rate-limiter: { use-algo: sliding-window-counter-algo, sync-rate: 0.0001 }\n')
+    const [line] = issuesOf('rate-limiter: { use-algo: sliding-window-counter-algo, sync-rate: 0.0001 }\nstore: { type: memory }\n')
     assert.match(line as string, /rate-limiter\.sync-rate: must be 0 \(every hit\), < 0 \(local only\) or at least 0\.001 s/)
   })
 
   it('refuses short tokens', () => {
-    assert.match(issuesOf('auth: { tokens: [abc] }\n')[0] as string, /auth\.tokens\.0: must NOT have fewer than 8 characters/)
+    assert.match(
+      issuesOf('auth: { tokens: [abc] }\nstore: { type: memory }\n')[0] as string,
+      /auth\.tokens\.0: must NOT have fewer than 8 characters/,
+    )
   })
 
   it('takes the store URL and tokens from the environment', () => {

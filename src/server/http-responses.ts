@@ -1,0 +1,103 @@
+import type { ServerResponse } from 'node:http'
+import type { AlgorithmResult } from '../algorithms/types.js'
+import { rateLimitHeaders } from '../core/headers.js'
+import type { Decision } from '../core/limiter.js'
+import type { Policy, Runtime } from './runtime.js'
+
+// How the service writes its answers: JSON bodies, errors, and the RateLimit headers of decisions.
+
+/** Response headers by lower-case name. */
+export type Headers = Record<string, string>
+
+/** Sends a JSON body (a string) with `headers`. */
+export function send(res: ServerResponse, status: number, body: string, headers: Headers): void {
+  headers['content-type'] = 'application/json'
+  headers['content-length'] = String(Buffer.byteLength(body))
+  res.writeHead(status, headers)
+  res.end(body)
+}
+
+/** Sends a decision: the cached RateLimit headers (a flat name, value list) plus the JSON body. */
+export function sendDecision(res: ServerResponse, status: number, body: string, rateLimit: readonly string[]): void {
+  // the body is ASCII JSON (numbers and booleans): its length is its byte length
+  res.writeHead(status, [...rateLimit, 'content-type', 'application/json', 'content-length', String(body.length)])
+  res.end(body)
+}
+
+/** Sends `{ error, message }`. */
+export function sendError(res: ServerResponse, status: number, error: string, message: string, headers: Headers = {}): void {
+  send(res, status, JSON.stringify({ error, message }), headers)
+}
+
+/** The JSON body of a decision. */
+export function resultBody(r: AlgorithmResult): string {
+  return JSON.stringify({
+    allowed: r.allowed,
+    count: r.count,
+    limit: r.limit,
+    remaining: r.remaining,
+    resetMs: r.resetMs,
+    // JSON has no Infinity: null means the request can never be admitted (cost > limit)
+    retryAfterMs: Number.isFinite(r.retryAfterMs) ? r.retryAfterMs : null,
+  })
+}
+
+// Header sets one generation of a policy's cache holds: at most twice this many are kept.
+const HEADER_CACHE_GENERATION = 4096
+
+/**
+ * The RateLimit headers of decisions, by what they depend on (allowed, remaining, reset and
+ * retry seconds): most answers repeat a set seen in the last seconds, so `rateLimitHeaders` runs
+ * once per set instead of once per request. Two generations: when the current one is full it
+ * becomes the previous one, and sets still in use move back to the current one. One cache per
+ * policy of a runtime (a reload starts new ones).
+ */
+class HeaderCache {
+  private current = new Map<string, readonly string[]>()
+  private previous = new Map<string, readonly string[]>()
+  constructor(
+    private readonly policy: Policy,
+    private readonly mode: Runtime['headerMode'],
+  ) {}
+
+  get(r: AlgorithmResult): readonly string[] {
+    const resetSec = Math.ceil(r.resetMs / 1000)
+    const retrySec = r.allowed ? 0 : Number.isFinite(r.retryAfterMs) ? Math.ceil(r.retryAfterMs / 1000) : -1
+    const id = `${r.allowed ? 1 : 0}|${r.remaining}|${resetSec}|${retrySec}`
+    let set = this.current.get(id)
+    if (set !== undefined) return set
+    set = this.previous.get(id) ?? this.build(r)
+    if (this.current.size >= HEADER_CACHE_GENERATION) {
+      this.previous = this.current
+      this.current = new Map()
+    }
+    this.current.set(id, set)
+    return set
+  }
+
+  private build(r: AlgorithmResult): readonly string[] {
+    const decision: Decision = {
+      allowed: r.allowed,
+      name: this.policy.name,
+      limit: r.limit,
+      window: this.policy.windowSize,
+      remaining: r.remaining,
+      rate: r.count,
+      resetMs: r.resetMs,
+      retryAfterMs: r.retryAfterMs,
+    }
+    return Object.entries(rateLimitHeaders(decision, this.mode)).flat()
+  }
+}
+
+const headerCaches = new WeakMap<Policy, HeaderCache>()
+
+/** The RateLimit headers of a decision of `policy`, as a flat name, value list. */
+export function rateLimitHeaderList(policy: Policy, r: AlgorithmResult, runtime: Runtime): readonly string[] {
+  let cache = headerCaches.get(policy)
+  if (cache === undefined) {
+    cache = new HeaderCache(policy, runtime.headerMode)
+    headerCaches.set(policy, cache)
+  }
+  return cache.get(r)
+}
