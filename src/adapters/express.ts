@@ -5,23 +5,14 @@
  */
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import type { ClientRateLimitInfo, Options as ExpressRateLimitOptions, IncrementResponse, Store } from 'express-rate-limit'
+import { cachedClock } from '../core/clock.js'
 import { ConfigError } from '../core/errors.js'
-import type { Namespace } from '../core/namespace.js'
-import {
-  chain,
-  type EngineOptions,
-  type HitCount,
-  isPromiseLike,
-  LIMITER_UNAVAILABLE,
-  MiddlewareCore,
-  type MiddlewareOptions,
-  type Outcome,
-  StoreEngine,
-  TOO_MANY_REQUESTS,
-  windowSeconds,
-} from './common.js'
+import { chain, isPromiseLike, LIMITER_UNAVAILABLE, TOO_MANY_REQUESTS, windowSizeOf } from './common.js'
+import { type EngineOptions, type HitCount, StoreEngine, type WindowCounter } from './engine.js'
+import { MiddlewareCore, type MiddlewareOptions, type Outcome } from './middleware.js'
 
-export type { EngineOptions, LimitOption, Outcome } from './common.js'
+export type { EngineOptions } from './engine.js'
+export type { LimitOption, Outcome } from './middleware.js'
 
 const STORE = 'RateLimitingStore'
 
@@ -36,8 +27,11 @@ export type RateLimitingStoreOptions = EngineOptions
  * count exceeds `limit`, and `resetTime` is the end of the window (or, over the limit, the
  * instant a request would be allowed again, which may be sooner or later).
  *
- * `windowMs` must be a whole number of seconds. Use one store per `rateLimit()` (express-rate-limit
- * checks that) and give each a different `namespace` when they share a strategy.
+ * `windowMs` is any whole number of ms the engine can hold (1 ms and up); a window it refuses is
+ * a ConfigError from `init`, which express-rate-limit logs once when the limiter is built. A store
+ * failure is decided by `onStoreError` ("local" by default), so `passOnStoreError` only sees other
+ * errors. Use one store per `rateLimit()` (express-rate-limit checks that) and give each a
+ * different `namespace` when they share a strategy.
  *
  * @example
  * app.use(rateLimit({ windowMs: 60_000, limit: 100, standardHeaders: 'draft-8', store: new RateLimitingStore() }))
@@ -48,9 +42,8 @@ export class RateLimitingStore implements Store {
   /** True when the counts stay in this process (no strategy). */
   readonly localKeys: boolean
   private readonly engine: StoreEngine
-  private ns: Namespace | undefined
-  private windowSec = 0
-  private limit: number | undefined
+  private counter: WindowCounter | undefined
+  private windowMs = 0
   private initError: Error | undefined
   // every allowed hit of a window resets at the window's end: one Date per window, not per hit
   private lastResetAtMs = Number.NaN
@@ -65,12 +58,14 @@ export class RateLimitingStore implements Store {
   /** Called by express-rate-limit with its options: takes `windowMs` and a numeric `limit`. */
   init(options: ExpressRateLimitOptions): void {
     try {
-      this.windowSec = windowSeconds(STORE, 'windowMs', options.windowMs)
-      this.ns = this.engine.namespaceFor(this.windowSec)
-      this.limit = typeof options.limit === 'number' ? options.limit : undefined
+      const windowSec = windowSizeOf(STORE, 'windowMs', options.windowMs)
+      const limit = typeof options.limit === 'number' ? options.limit : undefined
+      this.counter = this.engine.counter(windowSec, options.windowMs, limit, 'windowMs')
+      this.windowMs = options.windowMs
       this.initError = undefined
     } catch (err) {
-      // express-rate-limit only logs init errors: keep it for every later call to throw
+      // express-rate-limit logs init errors once; every later call throws the same error
+      this.counter = undefined
       this.initError = err as Error
       throw err
     }
@@ -78,12 +73,12 @@ export class RateLimitingStore implements Store {
 
   /** Counts a hit; synchronous in local and periodic namespaces. */
   increment(key: string): IncrementResponse | Promise<IncrementResponse> {
-    return chain(this.engine.hit(this.namespace(), this.windowSec, key, 1, this.limit), this.toInfo)
+    return chain(this.windowCounter().hit(key), this.toInfo)
   }
 
   /** Takes a hit back (express-rate-limit's skipSuccessfulRequests / skipFailedRequests). */
   decrement(key: string): void | Promise<void> {
-    return this.engine.takeBack(this.namespace(), this.windowSec, key)
+    return this.windowCounter().takeBack(key)
   }
 
   /** Forgets `key` (fleet-wide with a strategy). */
@@ -91,11 +86,21 @@ export class RateLimitingStore implements Store {
     return this.engine.resetKey(key)
   }
 
-  /** The hits and reset time of `key` without counting one; undefined when it has none. */
-  get(key: string): ClientRateLimitInfo | undefined | Promise<ClientRateLimitInfo | undefined> {
-    return chain(this.engine.peek(this.namespace(), this.windowSec, key, this.limit), (count) =>
-      count.hits === 0 ? undefined : this.toInfo(count),
-    )
+  /**
+   * Forgets every key: without a strategy the store starts over with no counts; with one, each
+   * key the store holds for this store's namespaces is reset, fleet-wide (a store call per key).
+   * With your own `rateLimiting` namespace it rejects: reset your keys with `resetKey`.
+   */
+  resetAll(): Promise<void> {
+    return this.engine.resetAll()
+  }
+
+  /**
+   * The hits and reset time of `key` without counting one. Always an answer, as rate-limit-redis
+   * gives: `totalHits: 0` for a key with no hits in the sliding window (taken back, reset, never seen).
+   */
+  get(key: string): ClientRateLimitInfo | Promise<ClientRateLimitInfo> {
+    return chain(this.windowCounter().peek(key), this.toInfo)
   }
 
   /** Stops the store's own engine, pushing unsynced hits. */
@@ -104,15 +109,21 @@ export class RateLimitingStore implements Store {
   }
 
   private readonly toInfo = (count: HitCount): ClientRateLimitInfo => {
-    if (count.resetAtMs !== this.lastResetAtMs) {
-      this.lastResetAtMs = count.resetAtMs
-      this.lastResetTime = new Date(count.resetAtMs)
+    // an instant of the wall clock: express-rate-limit reads resetTime against Date.now()
+    const onWallClock = this.engine.onWallClock
+    let resetAtMs = (onWallClock ? cachedClock() : Date.now()) + count.resetMs
+    // on the wall clock a window ends at a multiple of its size, the same for every hit: round
+    // off the millisecond the clock may have moved since the decision's reading
+    if (count.atWindowEnd && onWallClock && this.windowMs >= 10) resetAtMs = Math.round(resetAtMs / this.windowMs) * this.windowMs
+    if (resetAtMs !== this.lastResetAtMs) {
+      this.lastResetAtMs = resetAtMs
+      this.lastResetTime = new Date(resetAtMs)
     }
     return { totalHits: count.hits, resetTime: this.lastResetTime }
   }
 
-  private namespace(): Namespace {
-    if (this.ns !== undefined) return this.ns
+  private windowCounter(): WindowCounter {
+    if (this.counter !== undefined) return this.counter
     throw this.initError ?? new ConfigError('INVALID_OPTION', `${STORE}: init() was not called; pass the store to rateLimit({ store })`)
   }
 }

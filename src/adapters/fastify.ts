@@ -6,20 +6,12 @@
 import type { FastifyRateLimitOptions, FastifyRateLimitStore, FastifyRateLimitStoreCtor } from '@fastify/rate-limit'
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import { ConfigError } from '../core/errors.js'
-import {
-  type EngineOptions,
-  type HitCount,
-  isPromiseLike,
-  LIMITER_UNAVAILABLE,
-  MiddlewareCore,
-  type MiddlewareOptions,
-  type Outcome,
-  StoreEngine,
-  TOO_MANY_REQUESTS,
-  windowSeconds,
-} from './common.js'
+import { isPromiseLike, LIMITER_UNAVAILABLE, TOO_MANY_REQUESTS, windowSizeOf } from './common.js'
+import { type EngineOptions, type HitCount, StoreEngine, type WindowCounter } from './engine.js'
+import { MiddlewareCore, type MiddlewareOptions, type Outcome } from './middleware.js'
 
-export type { EngineOptions, LimitOption, Outcome } from './common.js'
+export type { EngineOptions } from './engine.js'
+export type { LimitOption, Outcome } from './middleware.js'
 
 const STORE = 'createFastifyStore'
 
@@ -34,8 +26,21 @@ export type RateLimitingFastifyStoreCtor = FastifyRateLimitStoreCtor & {
   close(): Promise<void>
 }
 
-// @fastify/rate-limit passes the merged route options; only routeInfo is read here
-type ChildOptions = Parameters<FastifyRateLimitStore['child']>[0]
+// @fastify/rate-limit passes its merged options (global ones to the constructor, a route's or
+// app.rateLimit()'s to child()); only these are read here
+interface Params {
+  readonly timeWindow?: unknown
+  readonly max?: unknown
+  readonly continueExceeding?: unknown
+  readonly exponentialBackoff?: unknown
+  readonly routeInfo?: { readonly method?: string | readonly string[]; readonly url?: string }
+}
+
+// Options of @fastify/rate-limit that only a fixed window has: refused, never ignored
+const FIXED_WINDOW_OPTIONS = {
+  continueExceeding: 'it restarts a fixed window on every request over the limit',
+  exponentialBackoff: 'it doubles a fixed window on every request over the limit',
+} as const
 
 function answer(cb: Callback, count: HitCount | Promise<HitCount>): void {
   if (isPromiseLike(count)) {
@@ -48,15 +53,33 @@ function answer(cb: Callback, count: HitCount | Promise<HitCount>): void {
   cb(null, { current: count.hits, ttl: count.resetMs })
 }
 
+/** The store's own options, checked once per class, per registration and per route. */
+function checkParams(params: Params | undefined, where: string): void {
+  if (params === undefined) return
+  for (const option of Object.keys(FIXED_WINDOW_OPTIONS) as (keyof typeof FIXED_WINDOW_OPTIONS)[]) {
+    if (params[option] === true)
+      throw new ConfigError(
+        'INVALID_OPTION',
+        `${STORE}: ${option} (${where}) is not supported: ${FIXED_WINDOW_OPTIONS[option]}, and a sliding window has no window to ` +
+          'restart; requests over the limit already count, so a client that keeps sending stays limited. Remove the option, or keep ' +
+          "@fastify/rate-limit's own store for it",
+      )
+  }
+}
+
 /**
  * Makes a store class for @fastify/rate-limit (its `store` option takes a class): an existing
  * setup gets a sliding window and, with a `strategy`, one limit for the whole fleet, by adding
  * one option. `current` is the sliding count rounded up (a request is over the limit exactly
  * when the sliding count exceeds `max`) and `ttl` the ms to the end of the window, or over the
  * limit until a request would be allowed again. Every hit counts, as in @fastify/rate-limit.
- * Each registration of the plugin makes its own engine; route-level limits (`child`) count
- * apart, per method and URL. `timeWindow` must be a whole number of seconds.
- * `continueExceeding` and `exponentialBackoff` do not apply to a sliding window and are ignored.
+ *
+ * Each registration of the plugin makes its own engine. Route-level limits count apart per
+ * method and URL; each `app.rateLimit(opts)` / `app.createRateLimit(opts)` counts apart, as
+ * with @fastify/rate-limit's LocalStore. `timeWindow` is any whole number of ms the engine can
+ * hold. `continueExceeding` and `exponentialBackoff` restart a fixed window, which a sliding
+ * window does not have: they are refused when the plugin or the route is registered. A store
+ * failure is decided by `onStoreError` ("local" by default), so `skipOnError` only sees other errors.
  *
  * @example
  * await app.register(rateLimit, { max: 100, timeWindow: 60_000, store: createFastifyStore() })
@@ -69,16 +92,27 @@ export function createFastifyStore(options: FastifyStoreOptions = {}): RateLimit
   class RateLimitingFastifyStore implements FastifyRateLimitStore {
     private readonly engine: StoreEngine
     private readonly prefix: string
+    // app.rateLimit() children are numbered in creation order: apart here, and the n-th of one
+    // process shares counts with the n-th of another running the same code
+    private readonly root: { anonymousChildren: number }
+    private lastTimeWindow = Number.NaN
+    private lastMax = Number.NaN
+    private lastCounter: WindowCounter | undefined
 
-    constructor(_params?: FastifyRateLimitOptions, parent?: { engine: StoreEngine; prefix: string }) {
+    constructor(params?: FastifyRateLimitOptions, parent?: RateLimitingFastifyStore, prefix = '') {
       if (parent === undefined) {
+        checkParams(params as Params | undefined, 'plugin options')
         this.engine = new StoreEngine(options, STORE, 'fastify-rate-limit')
         engines.add(this.engine)
-        this.prefix = ''
+        this.root = { anonymousChildren: 0 }
       } else {
         this.engine = parent.engine
-        this.prefix = parent.prefix
+        this.root = parent.root
       }
+      this.prefix = prefix
+      // a fixed timeWindow is checked now, at registration, not on the first request
+      const p = params as Params | undefined
+      if (typeof p?.timeWindow === 'number') this.counter(p.timeWindow, typeof p.max === 'number' ? p.max : undefined)
     }
 
     static close(): Promise<void> {
@@ -90,8 +124,7 @@ export function createFastifyStore(options: FastifyStoreOptions = {}): RateLimit
     incr(key: string, cb: Callback, timeWindow: number, max: number): void {
       let count: HitCount | Promise<HitCount>
       try {
-        const windowSec = windowSeconds(STORE, 'timeWindow', timeWindow)
-        count = this.engine.hit(this.engine.namespaceFor(windowSec), windowSec, this.prefix + key, 1, max)
+        count = this.counter(timeWindow, max).hit(this.prefix + key)
       } catch (err) {
         cb(err as Error)
         return
@@ -103,8 +136,7 @@ export function createFastifyStore(options: FastifyStoreOptions = {}): RateLimit
     read(key: string, cb: Callback, timeWindow: number, max: number): void {
       let count: HitCount | Promise<HitCount>
       try {
-        const windowSec = windowSeconds(STORE, 'timeWindow', timeWindow)
-        count = this.engine.peek(this.engine.namespaceFor(windowSec), windowSec, this.prefix + key, max)
+        count = this.counter(timeWindow, max).peek(this.prefix + key)
       } catch (err) {
         cb(err as Error)
         return
@@ -112,17 +144,23 @@ export function createFastifyStore(options: FastifyStoreOptions = {}): RateLimit
       answer(cb, count)
     }
 
-    child(routeOptions: ChildOptions): FastifyRateLimitStore {
-      const route = (
-        routeOptions as {
-          routeInfo?: { method?: string | string[]; url?: string }
-        }
-      ).routeInfo
-      const method = Array.isArray(route?.method) ? route.method.join(',') : (route?.method ?? '')
-      return new RateLimitingFastifyStore(undefined, {
-        engine: this.engine,
-        prefix: `${this.prefix}${method}${route?.url ?? ''}-`,
-      })
+    child(routeOptions: Parameters<FastifyRateLimitStore['child']>[0]): FastifyRateLimitStore {
+      const params = routeOptions as Params
+      const route = params.routeInfo
+      const anonymous = route?.method === undefined && route?.url === undefined
+      checkParams(params, anonymous ? 'app.rateLimit() options' : `route ${String(route?.url)}`)
+      const method = Array.isArray(route?.method) ? route.method.join(',') : String(route?.method ?? '')
+      const prefix = anonymous ? `${this.prefix}#${++this.root.anonymousChildren}-` : `${this.prefix}${method}${route?.url ?? ''}-`
+      return new RateLimitingFastifyStore(routeOptions as FastifyRateLimitOptions, this, prefix)
+    }
+
+    private counter(timeWindow: number, max: number | undefined): WindowCounter {
+      if (timeWindow === this.lastTimeWindow && max === this.lastMax && this.lastCounter !== undefined) return this.lastCounter
+      const counter = this.engine.counter(windowSizeOf(STORE, 'timeWindow', timeWindow), timeWindow, max, 'timeWindow')
+      this.lastTimeWindow = timeWindow
+      this.lastMax = max ?? Number.NaN
+      this.lastCounter = counter
+      return counter
     }
   }
   return RateLimitingFastifyStore as unknown as RateLimitingFastifyStoreCtor

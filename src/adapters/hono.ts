@@ -4,9 +4,11 @@
  */
 import type { Context, MiddlewareHandler } from 'hono'
 import { ConfigError } from '../core/errors.js'
-import { isPromiseLike, LIMITER_UNAVAILABLE, MiddlewareCore, type MiddlewareOptions, type Outcome, TOO_MANY_REQUESTS } from './common.js'
+import { isPromiseLike, LIMITER_UNAVAILABLE, TOO_MANY_REQUESTS } from './common.js'
+import { MiddlewareCore, type MiddlewareOptions, type Outcome } from './middleware.js'
 
-export type { EngineOptions, LimitOption, Outcome } from './common.js'
+export type { EngineOptions } from './engine.js'
+export type { LimitOption, Outcome } from './middleware.js'
 
 /** Options of {@link createHonoMiddleware}; `key` is required (Hono has no portable client address). */
 export interface HonoMiddlewareOptions extends MiddlewareOptions<Context> {

@@ -12,7 +12,6 @@ import { RedisStrategy } from '../../src/strategies/redis/index.js'
 
 const MINUTE = 1_699_999_980_000 // a minute boundary
 const servers = new Set<Server>()
-const silent = { log() {}, error() {}, warn() {} }
 
 after(async () => {
   for (const server of servers) {
@@ -189,25 +188,57 @@ describe('express-rate-limit with RateLimitingStore', () => {
     const base = await listen(appWith(limiter))
     await statuses(base, 2)
     assert.equal((await limiter.getKey('c1'))?.totalHits, 2)
-    assert.equal(await store.get('nobody'), undefined)
+    assert.equal((await store.get('nobody'))?.totalHits, 0, 'a key without hits reads as 0 hits, as rate-limit-redis answers')
     await limiter.resetKey('c1')
     await new Promise((resolve) => setImmediate(resolve))
     assert.deepEqual(await statuses(base, 3), [200, 200, 429])
   })
 
-  it('refuses a window that is not whole seconds, naming windowMs', () => {
-    const store = new RateLimitingStore()
-    assert.throws(
-      () =>
-        rateLimit({
-          windowMs: 1500,
-          limit: 2,
-          store,
-          logger: silent,
-          validate: false,
-        }) && store.increment('k'),
-      (err: unknown) => err instanceof ConfigError && /windowMs must be a whole number of seconds.*1500/.test(err.message),
-    )
+  it('refuses an invalid windowMs once, when the limiter is built, naming it', async () => {
+    for (const windowMs of [-1, Number.NaN, 0, 1.5]) {
+      const errors: unknown[] = []
+      const logger = { warn() {}, error: (err: unknown) => errors.push(err) }
+      const store = new RateLimitingStore()
+      const limiter = rateLimit({ windowMs, limit: 2, store, logger, validate: false })
+      assert.equal(errors.length, 1, `windowMs ${windowMs}: logged once, at build`)
+      assert.ok(
+        errors[0] instanceof ConfigError && /RateLimitingStore: windowMs must be a positive whole number of ms/.test(errors[0].message),
+      )
+      // no limiter without a window: requests fail (express-rate-limit's passOnStoreError lets them through instead)
+      const base = await listen(appWith(limiter))
+      assert.equal((await get(base)).status, 500)
+      assert.equal(errors.length, 1, 'not logged again per request')
+    }
+  })
+
+  describe('a store failure in synchronous mode', () => {
+    async function baseWith(storeOptions: Record<string, unknown>, limiterOptions: Record<string, unknown> = {}) {
+      const strategy = new MemoryStrategy()
+      const clock = createFakeClock(MINUTE + 15_000)
+      const store = new RateLimitingStore({ strategy, clock: clock.now, storeTimeoutMs: 50, ...storeOptions })
+      const logged: unknown[] = []
+      const logger = { warn() {}, error: (err: unknown) => logged.push(err) }
+      const base = await listen(
+        appWith(rateLimit({ windowMs: 60_000, limit: 2, keyGenerator: byHeader, store, logger, ...limiterOptions })),
+      )
+      assert.equal((await get(base)).status, 200)
+      strategy.down()
+      return { base, logged }
+    }
+
+    it('goes to passOnStoreError when onStoreError is not set, as with express-rate-limit’s own stores', async () => {
+      const failing = await baseWith({})
+      assert.equal((await get(failing.base)).status, 500, 'passOnStoreError false: the error answers')
+      const passing = await baseWith({}, { passOnStoreError: true })
+      assert.deepEqual(await statuses(passing.base, 3), [200, 200, 200], 'passOnStoreError true: requests pass')
+      assert.equal(passing.logged.length, 3, 'and express-rate-limit logs each failure')
+    })
+
+    it('allows with onStoreError "allow", denies with "deny", decides on local counts with "local"', async () => {
+      assert.deepEqual(await statuses((await baseWith({ onStoreError: 'allow' })).base, 3), [200, 200, 200])
+      assert.equal((await get((await baseWith({ onStoreError: 'deny' })).base)).status, 429)
+      assert.deepEqual(await statuses((await baseWith({ onStoreError: 'local' })).base, 2), [200, 429])
+    })
   })
 
   sharedStoreCase('memory', () => new MemoryStrategy())
@@ -373,8 +404,24 @@ describe('createExpressMiddleware', () => {
     assert.equal((await get(deny)).status, 200)
   })
 
+  it('limits in windows of any whole number of ms (1.5 s here)', async () => {
+    const clock = createFakeClock(MINUTE + 300)
+    const mw = createExpressMiddleware({ limit: 2, windowMs: 1500, key: byHeader, clock: clock.now, headers: 'draft-8' })
+    const base = await listen(appWith(mw))
+    const first = await get(base)
+    assert.equal(first.status, 200)
+    assert.match(first.headers.get('ratelimit-policy') ?? '', /^"2-in-1\.5sec";q=2;/, "express-rate-limit's policy name")
+    assert.deepEqual(await statuses(base, 2), [200, 429])
+    clock.advance(3000) // two 1.5 s windows later
+    assert.equal((await get(base)).status, 200)
+  })
+
   it('refuses bad options with errors that name them', () => {
-    assert.throws(() => createExpressMiddleware({ limit: 10, windowMs: 1500 }), /windowMs must be a whole number of seconds.*1500/)
+    for (const windowMs of [0, -1, Number.NaN, 1.5])
+      assert.throws(
+        () => createExpressMiddleware({ limit: 10, windowMs }),
+        /createExpressMiddleware: windowMs must be a positive whole number of ms/,
+      )
     assert.throws(() => createExpressMiddleware({ limit: -1 }), /limit must be a positive number, got -1/)
     assert.throws(() => createExpressMiddleware({ limit: 1, headers: 'draft-99' as 'draft-8' }), /headers must be/)
     assert.throws(() => createExpressMiddleware({ limits: [] }), /limits must be a non-empty array/)

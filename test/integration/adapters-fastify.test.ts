@@ -138,6 +138,93 @@ describe('@fastify/rate-limit with createFastifyStore', () => {
     await app.close()
   })
 
+  it('counts each app.rateLimit() and app.createRateLimit() apart, as LocalStore does', async () => {
+    const clock = createFakeClock(MINUTE + 15_300)
+    const app = Fastify()
+    await app.register(rateLimit, { global: false, keyGenerator: byHeader, store: createFastifyStore({ clock: clock.now }) })
+    app.get('/a', { preHandler: app.rateLimit({ max: 1, timeWindow: 60_000 }) }, async () => 'a')
+    app.get('/b', { preHandler: app.rateLimit({ max: 1, timeWindow: 60_000 }) }, async () => 'b')
+    const check = app.createRateLimit({ max: 1, timeWindow: 60_000 })
+    app.get('/c', async (req) => ('remaining' in (await check(req)) ? 'checked' : 'allowed'))
+    await app.ready()
+    assert.equal((await inject(app, 'c1', '/a')).statusCode, 200)
+    assert.equal((await inject(app, 'c1', '/b')).statusCode, 200, 'not the counter of /a')
+    assert.equal((await inject(app, 'c1', '/a')).statusCode, 429)
+    assert.equal((await inject(app, 'c1', '/b')).statusCode, 429)
+    await inject(app, 'c1', '/c')
+    assert.equal((await inject(app, 'c1', '/a')).headers['x-ratelimit-remaining'], '0')
+    await app.close()
+  })
+
+  it('refuses continueExceeding and exponentialBackoff when the plugin or the route is registered, naming the option', async () => {
+    for (const option of ['continueExceeding', 'exponentialBackoff']) {
+      const app = Fastify()
+      await assert.rejects(
+        async () => {
+          await app.register(rateLimit, { max: 2, timeWindow: 1000, [option]: true, store: createFastifyStore() })
+        },
+        new RegExp(`createFastifyStore: ${option} \\(plugin options\\) is not supported: .*fixed window`),
+      )
+      await app.close()
+      const routeApp = Fastify()
+      await routeApp.register(rateLimit, { global: false, store: createFastifyStore() })
+      assert.throws(
+        () => routeApp.get('/', { config: { rateLimit: { max: 2, [option]: true } } }, async () => 'ok'),
+        new RegExp(`createFastifyStore: ${option} \\(route /\\) is not supported`),
+      )
+      assert.throws(() => routeApp.rateLimit({ max: 2, [option]: true }), new RegExp(`${option} \\(app.rateLimit\\(\\) options\\)`))
+      await routeApp.close()
+    }
+  })
+
+  it('refuses a timeWindow the engine cannot use when the plugin is registered, naming it', async () => {
+    const app = Fastify()
+    await assert.rejects(async () => {
+      await app.register(rateLimit, { max: 2, timeWindow: 0, store: createFastifyStore() })
+    }, /createFastifyStore: timeWindow must be a positive whole number of ms, got 0/)
+    await app.close()
+  })
+
+  describe('a store failure in synchronous mode', () => {
+    async function appWith(storeOptions: Record<string, unknown>, pluginOptions: Record<string, unknown> = {}) {
+      const strategy = new MemoryStrategy()
+      const clock = createFakeClock(MINUTE + 15_300)
+      const app = await withPluginStore({
+        max: 2,
+        timeWindow: 60_000,
+        store: createFastifyStore({ strategy, clock: clock.now, storeTimeoutMs: 50, ...storeOptions }),
+        ...pluginOptions,
+      })
+      assert.equal((await inject(app)).statusCode, 200)
+      strategy.down()
+      return app
+    }
+
+    it('goes to skipOnError when onStoreError is not set, as with the package’s own stores', async () => {
+      const failing = await appWith({})
+      const res = await inject(failing)
+      assert.equal(res.statusCode, 500, 'skipOnError false: the error answers')
+      await failing.close()
+      const skipping = await appWith({}, { skipOnError: true })
+      const passed = await inject(skipping)
+      assert.equal(passed.statusCode, 200, 'skipOnError true: the request passes')
+      assert.equal(passed.headers['x-ratelimit-remaining'], '2', 'as @fastify/rate-limit reports a skipped check')
+      await skipping.close()
+    })
+
+    it('allows with onStoreError "allow", denies with "deny", decides on local counts with "local"', async () => {
+      const allow = await appWith({ onStoreError: 'allow' })
+      assert.deepEqual(await statuses(allow, 3), [200, 200, 200])
+      await allow.close()
+      const deny = await appWith({ onStoreError: 'deny' })
+      assert.equal((await inject(deny)).statusCode, 429)
+      await deny.close()
+      const local = await appWith({ onStoreError: 'local' })
+      assert.deepEqual(await statuses(local, 2), [200, 429], 'the hit before the failure counts here')
+      await local.close()
+    })
+  })
+
   sharedStoreCase('memory', () => new MemoryStrategy())
   sharedStoreCase('redis', () => new RedisStrategy({ url: 'redis://127.0.0.1:6379', prefix: 'adapters-test' }))
 })
@@ -244,9 +331,9 @@ describe('fastifyRateLimiting plugin and createFastifyHook', () => {
 
   it('fails registration on a bad option, naming it', async () => {
     const app = Fastify()
-    app.register(fastifyRateLimiting, { limit: 5, windowMs: 250 })
+    app.register(fastifyRateLimiting, { limit: 5, windowMs: -250 })
     await assert.rejects(async () => {
       await app.ready()
-    }, /createFastifyHook: windowMs must be a whole number of seconds.*250/)
+    }, /createFastifyHook: windowMs must be a positive whole number of ms, got -250/)
   })
 })

@@ -86,7 +86,7 @@ describe('RateLimitingStore without express', () => {
     assert.equal(store.localKeys, true)
     assert.throws(
       () => initialised(new RateLimitingStore({ rateLimiting: rl, namespace: 'api' }), 1000),
-      /a window of 1 s is not one of namespace "api"'s windowSizes \[60\]/,
+      /RateLimitingStore: windowMs 1000 ms: .*window 1 is not one of namespace "api"'s windowSizes \[60\]/,
     )
     assert.throws(() => new RateLimitingStore({ rateLimiting: rl }), /rateLimiting needs namespace/)
     assert.throws(
@@ -98,6 +98,30 @@ describe('RateLimitingStore without express', () => {
         }),
       /clock cannot be combined/,
     )
+  })
+
+  it('counts in windows of any whole number of ms (50 ms here), with the reset at the window end', () => {
+    const clock = createFakeClock(MINUTE + 20)
+    const store = initialised(new RateLimitingStore({ clock: clock.now }), 50, 2)
+    const first = store.increment('k') as { totalHits: number; resetTime: Date }
+    assert.equal(first.totalHits, 1)
+    const left = first.resetTime.getTime() - Date.now()
+    assert.ok(left > 20 && left <= 30, `30 ms to the end of the 50 ms window: ${left}`)
+    store.increment('k')
+    clock.advance(50) // 20 ms into the next window: 2 * 30/50 = 1.2 still weigh
+    assert.equal((store.increment('k') as { totalHits: number }).totalHits, 3)
+    clock.advance(100) // two windows later nothing weighs
+    assert.equal((store.increment('k') as { totalHits: number }).totalHits, 1)
+  })
+
+  it('refuses a windowMs that is not a positive whole number of ms when initialised, naming it', () => {
+    for (const windowMs of [0, -1, Number.NaN, 1.5, 2 ** 60])
+      assert.throws(
+        () => initialised(new RateLimitingStore(), windowMs),
+        (err: unknown) =>
+          err instanceof ConfigError && /RateLimitingStore: windowMs must be a positive whole number of ms/.test(err.message),
+        `windowMs ${windowMs}`,
+      )
   })
 
   it('explains a store used before init', () => {
@@ -142,10 +166,26 @@ describe('createFastifyStore without fastify', () => {
     assert.deepEqual(incr(store, 'k', 60_000, 10), { current: 16, ttl: 21_000 })
   })
 
-  it('reports a window that is not whole seconds through the callback', () => {
-    const store = new (createFastifyStore())({})
-    const err = incr(store, 'k', 1500, 2)
-    assert.ok(err instanceof ConfigError && /timeWindow must be a whole number of seconds.*1500/.test(err.message))
+  it('counts in a timeWindow of 500 ms', () => {
+    const clock = createFakeClock(MINUTE + 100)
+    const store = new (createFastifyStore({ clock: clock.now }))({ timeWindow: 500, max: 1 } as never)
+    assert.deepEqual(incr(store, 'k', 500, 1), { current: 1, ttl: 400 })
+    // over the limit: 2 * (1 - p) + 1 <= 1 only when the next window ends, 900 ms from now
+    assert.deepEqual(incr(store, 'k', 500, 1), { current: 2, ttl: 900 })
+  })
+
+  it('refuses a bad timeWindow at registration, or through the callback when it comes per request', () => {
+    const Store = createFastifyStore()
+    for (const timeWindow of [0, -1, Number.NaN, 1.5])
+      assert.throws(
+        () => new Store({ timeWindow, max: 2 } as never),
+        (err: unknown) =>
+          err instanceof ConfigError && /createFastifyStore: timeWindow must be a positive whole number of ms/.test(err.message),
+        `timeWindow ${timeWindow}`,
+      )
+    // a timeWindow function of the request is only known per request
+    const err = incr(new Store({}), 'k', 0, 2)
+    assert.ok(err instanceof ConfigError && /timeWindow must be a positive whole number of ms, got 0/.test(err.message))
   })
 
   it('refuses bad options when the class is made', () => {

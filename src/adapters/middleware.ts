@@ -1,0 +1,187 @@
+/**
+ * The framework-free part of our own middleware (Express, Fastify, Hono): options checked once,
+ * then per request skip, key, cost, the decision and the headers.
+ */
+import type { Clock } from '../core/clock.js'
+import { ConfigError, StoreError } from '../core/errors.js'
+import { type HeaderMode, rateLimitHeaders } from '../core/headers.js'
+import type { Decision, Limiter } from '../core/limiter.js'
+import { RateLimiting } from '../core/rate-limiting.js'
+import { chain, optionError, policyName, show, windowSizeOf, withWindowOption } from './common.js'
+import { checkEngineOptions, defineOwn, type EngineOptions } from './engine.js'
+
+/** One limit of a middleware: at most `limit` hits per sliding `windowMs`. */
+export interface LimitOption {
+  /** Hits allowed per window. */
+  readonly limit: number
+  /** Window size in ms, a whole number (1 and up). */
+  readonly windowMs: number
+  /** Policy name in the draft-8 headers. @default express-rate-limit's, such as "100-in-1min" */
+  readonly name?: string
+}
+
+/** Options of our middleware, whatever the framework; `Req` is what the callbacks receive. */
+export interface MiddlewareOptions<Req> extends EngineOptions {
+  /** Limits checked together; the most restrictive decides. Or use `limit` and `windowMs`. */
+  readonly limits?: readonly LimitOption[]
+  /** Shorthand for one limit: hits per `windowMs`. */
+  readonly limit?: number
+  /** Shorthand for one limit: the window in ms. @default 60_000 */
+  readonly windowMs?: number
+  /** Who is limited: an IP address, a user id, an API key. @default the client IP (Express, Fastify); required for Hono */
+  readonly key?: (req: Req) => string | Promise<string>
+  /** How much one request costs, a number or a function of the request. @default 1 */
+  readonly cost?: number | ((req: Req) => number | Promise<number>)
+  /** Requests for which this returns true are not limited and get no headers. */
+  readonly skip?: (req: Req) => boolean | Promise<boolean>
+  /** The header family, or false for none. @default "draft-8" */
+  readonly headers?: HeaderMode | false
+  /** Also send express-rate-limit's legacy `X-RateLimit-Limit/-Remaining/-Reset` (reset in epoch s). @default false */
+  readonly legacyHeaders?: boolean
+  /** Add the draft-8 `pk` parameter (a hash of the key), as express-rate-limit does. @default false */
+  readonly partitionKey?: boolean
+  /** Whether a denied request still counts (Kong's and express-rate-limit's behaviour). @default true */
+  readonly countDenied?: boolean
+}
+
+/** The outcome of one request that was not skipped. */
+export interface Outcome {
+  readonly key: string
+  readonly decision: Decision
+  /** Response headers to set, allowed or not. */
+  readonly headers: Readonly<Record<string, string>>
+  /** 429 when over the limit, 503 when the store failed and `onStoreError` is "deny". */
+  readonly status: number
+}
+
+const HEADER_MODES: readonly unknown[] = ['draft-6', 'draft-7', 'draft-8', 'draft-9', 'draft-10', 'kong']
+
+/**
+ * The framework-free part of our middleware: built once from the options (checked here, with
+ * errors that name the option), then `run(req)` per request. Each step stays synchronous
+ * unless a callback or the store answers a Promise, so a local limiter never waits a tick.
+ */
+export class MiddlewareCore<Req> {
+  readonly limiter: Limiter
+  private readonly clock: Clock
+  private readonly owned: RateLimiting | undefined
+  private readonly key: (req: Req) => string | Promise<string>
+  private readonly cost: number | ((req: Req) => number | Promise<number>)
+  private readonly skip: ((req: Req) => boolean | Promise<boolean>) | undefined
+  private readonly headerMode: HeaderMode | false
+  private readonly legacyHeaders: boolean
+  private readonly partitionKey: boolean
+
+  constructor(options: MiddlewareOptions<Req>, who: string, defaultKey: ((req: Req) => string) | undefined) {
+    if (typeof options !== 'object' || options === null) throw optionError(who, 'options', 'an object', options)
+    const user = checkEngineOptions(options, who)
+    const limits = resolveLimits(options, who)
+    const {
+      key = defaultKey,
+      cost = 1,
+      skip,
+      headers = 'draft-8',
+      legacyHeaders = false,
+      partitionKey = false,
+      countDenied = true,
+    } = options
+    if (typeof key !== 'function') throw optionError(who, 'key', 'a function of the request returning a string', key)
+    if (typeof cost === 'number' ? !Number.isFinite(cost) || cost < 0 : typeof cost !== 'function')
+      throw optionError(who, 'cost', 'a number >= 0 or a function of the request', cost)
+    if (skip !== undefined && typeof skip !== 'function') throw optionError(who, 'skip', 'a function of the request', skip)
+    if (headers !== false && !HEADER_MODES.includes(headers))
+      throw optionError(who, 'headers', 'false or one of draft-6, draft-7, draft-8, draft-9, draft-10, kong', headers)
+    if (typeof legacyHeaders !== 'boolean') throw optionError(who, 'legacyHeaders', 'a boolean', legacyHeaders)
+    if (typeof partitionKey !== 'boolean') throw optionError(who, 'partitionKey', 'a boolean', partitionKey)
+    if (typeof countDenied !== 'boolean') throw optionError(who, 'countDenied', 'a boolean', countDenied)
+    const windowSizes = [...new Set(limits.map((l) => l.window))]
+    let rl: RateLimiting
+    let name: string
+    const option = options.limits === undefined ? 'windowMs' : 'limits[].windowMs'
+    const windowsMs = limits.map((l) => l.windowMs).join(', ')
+    if (user !== undefined) {
+      rl = user
+      name = options.namespace as string
+    } else {
+      rl = RateLimiting.newInstance(who)
+      name = options.namespace ?? `${who}-${limits.map((l) => l.name).join('+')}`.replace(/\|/g, '_')
+      withWindowOption(who, option, windowsMs, () => defineOwn(rl, name, windowSizes, options))
+      this.owned = rl
+    }
+    const specs = limits.map(({ limit, window, name }) => ({ limit, window, name }))
+    this.limiter = withWindowOption(who, option, windowsMs, () => rl.limiter({ namespace: name, limits: specs, countDenied }))
+    // the legacy reset is an instant of the limiter's clock (a fake one in tests)
+    this.clock = this.limiter.clock
+    this.key = key
+    this.cost = cost
+    this.skip = skip
+    this.headerMode = headers
+    this.legacyHeaders = legacyHeaders
+    this.partitionKey = partitionKey
+  }
+
+  /** Decides one request; `undefined` when `skip` said so. */
+  run(req: Req): Outcome | undefined | Promise<Outcome | undefined> {
+    const skip = this.skip
+    if (skip === undefined) return this.withoutSkip(req)
+    return chain(skip(req), (skipped) => (skipped === true ? undefined : this.withoutSkip(req)))
+  }
+
+  /** Stops the middleware's own engine; a no-op when it uses your `rateLimiting`. */
+  async close(): Promise<void> {
+    await this.owned?.close()
+  }
+
+  private withoutSkip(req: Req): Outcome | Promise<Outcome> {
+    return chain(this.key(req), (key) => {
+      if (typeof key !== 'string' || key.length === 0)
+        throw new TypeError(`the rate-limit key must be a non-empty string, got ${show(key)}; pass a key function`)
+      const cost = this.cost
+      return chain(typeof cost === 'number' ? cost : cost(req), (c) => chain(this.limiter.hit(key, c), (d) => this.outcome(key, d)))
+    })
+  }
+
+  private outcome(key: string, decision: Decision): Outcome {
+    const headers =
+      this.headerMode === false ? {} : rateLimitHeaders(decision, this.headerMode, this.partitionKey ? { partitionKey: key } : {})
+    if (this.legacyHeaders) {
+      headers['X-RateLimit-Limit'] = String(Math.floor(decision.limit))
+      headers['X-RateLimit-Remaining'] = String(decision.remaining)
+      headers['X-RateLimit-Reset'] = String(Math.ceil((this.clock() + decision.resetMs) / 1000))
+    }
+    const status = decision.allowed ? 200 : decision.storeError instanceof StoreError ? 503 : 429
+    return { key, decision, headers, status }
+  }
+}
+
+interface ResolvedLimit {
+  readonly limit: number
+  /** Seconds, the engine's unit. */
+  readonly window: number
+  readonly windowMs: number
+  readonly name: string
+}
+
+function resolveLimits<Req>(options: MiddlewareOptions<Req>, who: string): ResolvedLimit[] {
+  const { limits, limit, windowMs } = options
+  let list: readonly LimitOption[]
+  if (limits !== undefined) {
+    if (limit !== undefined || windowMs !== undefined)
+      throw new ConfigError('INVALID_OPTION', `${who}: give either limits or limit/windowMs, not both`)
+    if (!Array.isArray(limits) || limits.length === 0) throw optionError(who, 'limits', 'a non-empty array of { limit, windowMs }', limits)
+    list = limits
+  } else {
+    if (limit === undefined) throw new ConfigError('INVALID_OPTION', `${who}: limit (or limits) is required`)
+    list = [{ limit, windowMs: windowMs ?? 60_000 }]
+  }
+  return list.map((l, i) => {
+    const at = limits === undefined ? '' : `limits[${i}].`
+    if (typeof l !== 'object' || l === null) throw optionError(who, `limits[${i}]`, 'an object { limit, windowMs }', l)
+    if (typeof l.limit !== 'number' || !Number.isFinite(l.limit) || l.limit <= 0)
+      throw optionError(who, `${at}limit`, 'a positive number', l.limit)
+    const window = windowSizeOf(who, `${at}windowMs`, l.windowMs)
+    const name = l.name ?? policyName(l.limit, l.windowMs)
+    if (typeof name !== 'string' || name.length === 0) throw optionError(who, `${at}name`, 'a non-empty string', name)
+    return { limit: l.limit, window, windowMs: l.windowMs, name }
+  })
+}
