@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure every server the tests need is installed and running, starting what is down.
-# Redis (6379) and PostgreSQL (5432, database "test") are expected to be installed; memcached
-# and the test Redis Cluster are installed/started by their own scripts. Loopback only.
+# Redis (6379), PostgreSQL (5432, database "test") and MariaDB (3306, root without a password,
+# database "test") are expected to be installed; memcached and the test Redis Cluster are
+# installed/started by their own scripts. Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +29,17 @@ fi
 if ! psql -h 127.0.0.1 -U postgres -d postgres -Atc "select 1 from pg_database where datname = 'test'" | grep -q 1; then
   createdb -h 127.0.0.1 -U postgres test
 fi
+
+if ! mariadb -h 127.0.0.1 -uroot -e 'select 1' >/dev/null 2>&1; then
+  [ -x /usr/sbin/mariadbd ] || fail "MariaDB is not installed: run 'apt-get install -y mariadb-server mariadb-client'"
+  command -v mariadb >/dev/null || fail "the mariadb client is not installed: run 'apt-get install -y mariadb-client'"
+  # the server's socket directory lives in /run, which a reboot empties
+  if [ "$(id -u)" = 0 ] && [ ! -d /run/mysqld ]; then install -d -o mysql -g mysql /run/mysqld; fi
+  start-stop-daemon --start --oknodo --quiet --background --exec /usr/sbin/mariadbd
+  for _ in $(seq 1 300); do mariadb -h 127.0.0.1 -uroot -e 'select 1' >/dev/null 2>&1 && break; sleep 0.1; done
+  mariadb -h 127.0.0.1 -uroot -e 'select 1' >/dev/null 2>&1 || fail "MariaDB did not start on 127.0.0.1:3306 (root, no password)"
+fi
+mariadb -h 127.0.0.1 -uroot -e 'CREATE DATABASE IF NOT EXISTS test' >/dev/null
 
 bash scripts/memcached.sh
 bash scripts/redis-cluster.sh >/dev/null

@@ -16,4 +16,9 @@ if [ "$#" -gt 0 ]; then
 else
   mapfile -t files < <(find test -name '*.test.ts' | sort)
 fi
-exec node --import tsx --test --test-reporter=spec "${files[@]}"
+# c8 collects V8's coverage of the test processes and prints a summary of src/ at the end (the
+# HTML report goes to .tmp/coverage); code the tests run in child processes from dist/ (the CLI
+# started as a server) is not mapped back to src/ and does not count.
+exec npx c8 --all --extension .ts --reporter=text-summary --reporter=html --include 'src/**' \
+  --temp-directory .tmp/c8 --report-dir .tmp/coverage \
+  node --import tsx --test --test-reporter=spec "${files[@]}"

@@ -1,6 +1,8 @@
 /**
- * The package as users get it: the build in dist/, imported from ESM and from CJS through the
- * package name, with types that resolve. Needs `npm run build` first (npm test does it).
+ * The package as users get it: the build in dist/ (ESM and CommonJS), loaded through the package
+ * name, with types that resolve, and the tarball `npm pack` makes checked by attw and publint.
+ * Needs `npm run build` first (npm test does it). test/package/scratch.test.ts installs the
+ * tarball into real projects.
  */
 import assert from 'node:assert/strict'
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
@@ -12,6 +14,7 @@ import { after, before, describe, it } from 'node:test'
 import { fileURLToPath } from 'node:url'
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
+const subpaths = ['redis', 'simple', 'algorithms', 'server', 'express', 'fastify', 'hono', 'postgres', 'memcached', 'testing']
 let consumer: string
 
 function node(args: string[]): string {
@@ -20,7 +23,8 @@ function node(args: string[]): string {
 
 describe('the built package', () => {
   before(() => {
-    assert.ok(existsSync(path.join(root, 'dist/index.js')), 'dist/index.js is missing: run npm run build')
+    for (const file of ['dist/index.js', 'dist/index.cjs'])
+      assert.ok(existsSync(path.join(root, file)), `${file} is missing: run npm run build`)
     consumer = mkdtempSync(path.join(tmpdir(), 'ratelimiting-consumer-'))
     mkdirSync(path.join(consumer, 'node_modules'))
     symlinkSync(root, path.join(consumer, 'node_modules', 'ratelimiting'), 'dir')
@@ -45,10 +49,52 @@ describe('the built package', () => {
   })
 
   it('exports every subpath from the build', () => {
-    const subpaths = ['redis', 'simple', 'algorithms', 'server', 'express', 'fastify', 'hono', 'postgres', 'memcached']
     const script = subpaths.map((p) => `Object.keys(await import('ratelimiting/${p}')).length`).join(', ')
     const out = node(['--input-type=module', '-e', `console.log([${script}].every((n) => n > 0))`])
     assert.equal(out, 'true')
+  })
+
+  it('gives import and require the same names on every subpath, from an ES module and a CommonJS file', () => {
+    const script = [
+      "import { createRequire } from 'node:module'",
+      'const require = createRequire(process.cwd() + "/")',
+      'const out = {}',
+      `for (const p of ['', ${subpaths.map((p) => `'/${p}'`).join(', ')}]) {`,
+      '  const name = `ratelimiting${p}`',
+      '  const esm = Object.keys(await import(name)).sort()',
+      '  const cjs = Object.keys(require(name)).sort()',
+      '  out[name] = [esm.length, JSON.stringify(esm) === JSON.stringify(cjs), require.resolve(name).endsWith(".cjs"), import.meta.resolve(name).endsWith(".js")]',
+      '}',
+      'console.log(JSON.stringify(out))',
+    ].join('\n')
+    const out = JSON.parse(node(['--input-type=module', '-e', script])) as Record<string, [number, boolean, boolean, boolean]>
+    assert.equal(Object.keys(out).length, subpaths.length + 1)
+    for (const [name, [count, same, requiresCjs, importsEsm]] of Object.entries(out)) {
+      assert.ok(count > 0, `${name} exports nothing`)
+      assert.ok(same, `${name}: import and require export different names`)
+      assert.ok(requiresCjs && importsEsm, `${name}: require gives the .cjs file, import the .js file`)
+    }
+  })
+
+  it('keeps one engine per format: an ES module app and a CommonJS dependency each get their own', () => {
+    // the dual-package hazard README's "Module formats" documents: two registries and two default
+    // instances, while objects (a store, here) still work across; rates above 2 show that b saw a's hits
+    const out = node([
+      '--input-type=module',
+      '-e',
+      [
+        "import { createRequire } from 'node:module'",
+        "import * as esm from 'ratelimiting'",
+        "const cjs = createRequire(process.cwd() + '/')('ratelimiting')",
+        'const store = new cjs.MemoryStrategy()',
+        'const [a, b] = ["a", "b"].map((name) => esm.RateLimiting.newInstance(name))',
+        "for (const rl of [a, b]) rl.new({ namespace: 'api', windowSizes: [3600], syncRate: 0, strategy: store })",
+        "const rates = [await a.increment('k', 3600, 2, 'api'), await b.increment('k', 3600, 1, 'api')]",
+        'await Promise.all([a.close(), b.close()])',
+        'console.log(esm.RateLimiting.default === cjs.RateLimiting.default, esm.ConfigError === cjs.ConfigError, rates[0], rates[1] > 2)',
+      ].join('\n'),
+    ])
+    assert.equal(out, 'false false 2 true')
   })
 
   it('runs the service from the built CLI on its in-memory default (the main job)', async () => {
@@ -67,7 +113,11 @@ describe('the built package', () => {
           }
         })
       })
-      const res = await fetch(`http://127.0.0.1:${port}/v1/check`, { method: 'POST', body: JSON.stringify({ userId: 'u1' }) })
+      const res = await fetch(`http://127.0.0.1:${port}/v1/check`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ userId: 'u1' }),
+      })
       assert.equal(res.status, 200)
       assert.deepEqual(await res.json(), { allowed: true, count: 1, limit: 100, remaining: 99, resetMs: 60_000, retryAfterMs: 0 })
     } finally {
@@ -128,6 +178,52 @@ describe('the built package', () => {
       () => node([tsc, ...flags, 'bad.mts']),
       (err: unknown) => /bad\.mts\(2,\d+\): error TS2322/.test(String((err as { stdout?: string }).stdout)),
       'a wrong option type is a type error',
+    )
+  })
+})
+
+describe('the tarball npm pack makes', () => {
+  let dir: string
+  let tarball: string
+
+  before(() => {
+    dir = mkdtempSync(path.join(tmpdir(), 'ratelimiting-pack-'))
+    // the build is npm test's: no prepack
+    const out = execFileSync('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', dir], { cwd: root, encoding: 'utf8' })
+    tarball = path.join(dir, (JSON.parse(out) as [{ filename: string }])[0].filename)
+  })
+  after(() => rmSync(dir, { recursive: true, force: true }))
+
+  it('has types that resolve on every subpath under node10, node16 from CJS and ESM, and bundler (attw)', () => {
+    const attw = path.join(root, 'node_modules/.bin/attw')
+    const run = spawnSync(attw, [tarball, '--format', 'json', '--no-definitely-typed'], { encoding: 'utf8' })
+    const report = JSON.parse(run.stdout) as {
+      analysis: { entrypoints: Record<string, { resolutions: Record<string, { resolution?: { fileName: string } }> }> }
+      problems?: unknown
+    }
+    assert.deepEqual(report.problems ?? {}, {}, run.stdout)
+    const entrypoints = report.analysis.entrypoints
+    assert.deepEqual(Object.keys(entrypoints).sort(), ['.', './package.json', ...subpaths.map((p) => `./${p}`)].sort())
+    // node10 reads typesVersions, node16 the require and import conditions
+    const redis = entrypoints['./redis']?.resolutions
+    assert.equal(redis?.node10?.resolution?.fileName, '/node_modules/ratelimiting/dist/strategies/redis/index.d.cts')
+    assert.equal(redis?.['node16-cjs']?.resolution?.fileName, '/node_modules/ratelimiting/dist/strategies/redis/index.d.cts')
+    assert.equal(redis?.['node16-esm']?.resolution?.fileName, '/node_modules/ratelimiting/dist/strategies/redis/index.d.ts')
+  })
+
+  it('passes publint, warnings included', () => {
+    const publint = path.join(root, 'node_modules/.bin/publint')
+    const run = spawnSync(publint, ['run', tarball, '--strict'], { encoding: 'utf8' })
+    assert.equal(run.status, 0, run.stdout + run.stderr)
+  })
+
+  it('ships the build, the docs and no source maps pointing at sources it does not ship', () => {
+    const files = execFileSync('tar', ['tzf', tarball], { encoding: 'utf8' }).trim().split('\n')
+    assert.ok(files.includes('package/dist/index.cjs') && files.includes('package/dist/index.d.cts'))
+    assert.ok(files.includes('package/dist/server/cli.js') && files.includes('package/README.md'))
+    assert.deepEqual(
+      files.filter((f) => f.endsWith('.map') || f.startsWith('package/src/') || f.startsWith('package/test/')),
+      [],
     )
   })
 })
