@@ -275,7 +275,7 @@ median of ${rounds} rounds after one warm-up round; express-rate-limit awaits ev
 
 ${microTable}
 
-Measured ${new Date().toISOString().slice(0, 10)} on ${cpu} (${cpus().length} cores, shared with other work: load average
+Provisional (shared machine): measured ${new Date().toISOString().slice(0, 10)} on ${cpu} (${cpus().length} cores, shared with other work: load average
 ${loadAtStart.toFixed(2)} at the start, ${(loadavg()[0] as number).toFixed(2)} at the end), Node ${process.version}, express ${await version('express')},
 express-rate-limit ${await version('express-rate-limit')}. The min–max column shows how far single rounds
 moved on this machine: read the per-round ratio, not the absolute req/s, and treat differences

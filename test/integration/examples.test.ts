@@ -8,6 +8,7 @@ import { createExpressApp } from '../../examples/express-rate-limit-store.js'
 import { buildFastifyApp } from '../../examples/fastify-store.js'
 import { createHonoApp } from '../../examples/hono-middleware.js'
 import { createFakeClock, MemoryStrategy } from '../../src/index.js'
+import { SHARED_MYSQL_URL } from '../support/mariadb-server.js'
 
 const run = promisify(execFile)
 
@@ -86,5 +87,17 @@ describe('examples', () => {
     ])
     assert.equal(stats.Allow, false)
     assert.equal(lines[2], 'shared: 5 of 20 concurrent calls allowed')
+  })
+
+  it('mysql-store: two processes share one limit through MariaDB, periodic and synchronous', async () => {
+    // the example makes (and drops) a table named after its process id in RL_MYSQL_URL's database
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', 'examples/mysql-store.ts'], {
+      timeout: 30_000,
+      env: { ...process.env, RL_MYSQL_URL: SHARED_MYSQL_URL },
+    })
+    assert.deepEqual(stdout.trim().split('\n'), [
+      'periodic: 8 of 8 hits allowed; both processes now count 8 and 8',
+      'synchronous: 10 allowed, 4 denied; both count 14 and 14',
+    ])
   })
 })
