@@ -7,8 +7,8 @@ import { after, describe, it } from 'node:test'
 import express, { type Express } from 'express'
 import { rateLimit } from 'express-rate-limit'
 import { createExpressMiddleware, RateLimitingStore } from '../../src/adapters/express.js'
-import { ConfigError, createFakeClock, MemoryStrategy, type Strategy } from '../../src/index.js'
-import { RedisStrategy } from '../../src/strategies/redis/index.js'
+import { ConfigError, createFakeClock, MemoryStrategy } from '../../src/index.js'
+import { sharedStoreCases } from '../support/shared-store.js'
 
 const MINUTE = 1_699_999_980_000 // a minute boundary
 const servers = new Set<Server>()
@@ -241,44 +241,20 @@ describe('express-rate-limit with RateLimitingStore', () => {
     })
   })
 
-  sharedStoreCase('memory', () => new MemoryStrategy())
-  sharedStoreCase('redis', () => new RedisStrategy({ url: 'redis://127.0.0.1:6379', prefix: 'adapters-test' }))
-})
-
-/**
- * Two app instances (two engines, as two processes would have) share one store; together they
- * stay within one limit. One line per store: `sharedStoreCase('redis', () => new RedisStrategy(...))`.
- */
-function sharedStoreCase(name: string, makeStrategy: () => Strategy | Promise<Strategy>): void {
-  it(`keeps two app instances sharing one ${name} store within one limit`, async () => {
-    const strategy = await makeStrategy()
-    // near the real time: stores that expire keys by the clock see sane times
-    const clock = createFakeClock(Math.ceil(Date.now() / 60_000) * 60_000 + 5_000)
-    const namespace = `express-shared-${process.pid}-${Date.now()}`
-    const stores = [0, 1].map(() => new RateLimitingStore({ strategy, namespace, clock: clock.now }))
+  sharedStoreCases('express', async ({ strategy, namespace, clock, limit }) => {
+    const stores = [0, 1].map(() => new RateLimitingStore({ strategy, namespace, clock }))
     assert.equal(stores[0]?.localKeys, false)
     const bases = await Promise.all(
-      stores.map((store) =>
-        listen(
-          appWith(
-            rateLimit({
-              windowMs: 60_000,
-              limit: 7,
-              keyGenerator: byHeader,
-              store,
-            }),
-          ),
-        ),
-      ),
+      stores.map((store) => listen(appWith(rateLimit({ windowMs: 60_000, limit, keyGenerator: byHeader, store })))),
     )
-    const all = await Promise.all(Array.from({ length: 20 }, (_, i) => get(bases[i % 2] as string, 'shared')))
-    const codes = all.map((r) => r.status)
-    assert.equal(codes.filter((s) => s === 200).length, 7, `exactly the limit passes: ${codes.join(' ')}`)
-    assert.equal(codes.filter((s) => s === 429).length, 13)
-    for (const store of stores) await store.shutdown()
-    await strategy.close()
+    return {
+      send: async (i) => (await get(bases[i] as string, 'shared')).status,
+      close: async () => {
+        for (const store of stores) await store.shutdown()
+      },
+    }
   })
-}
+})
 
 describe('createExpressMiddleware', () => {
   it('checks several limits together and reports each in draft-8 headers', async () => {

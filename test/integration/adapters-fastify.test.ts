@@ -4,8 +4,8 @@ import { describe, it } from 'node:test'
 import rateLimit from '@fastify/rate-limit'
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify'
 import { createFastifyHook, createFastifyStore, fastifyRateLimiting } from '../../src/adapters/fastify.js'
-import { createFakeClock, MemoryStrategy, type Strategy } from '../../src/index.js'
-import { RedisStrategy } from '../../src/strategies/redis/index.js'
+import { createFakeClock, MemoryStrategy } from '../../src/index.js'
+import { sharedStoreCases } from '../support/shared-store.js'
 
 const MINUTE = 1_699_999_980_000 // a minute boundary
 
@@ -225,30 +225,18 @@ describe('@fastify/rate-limit with createFastifyStore', () => {
     })
   })
 
-  sharedStoreCase('memory', () => new MemoryStrategy())
-  sharedStoreCase('redis', () => new RedisStrategy({ url: 'redis://127.0.0.1:6379', prefix: 'adapters-test' }))
-})
-
-/**
- * Two app instances (two engines, as two processes would have) share one store and stay within
- * one limit. One line per store: `sharedStoreCase('redis', () => new RedisStrategy(...))`.
- */
-function sharedStoreCase(name: string, makeStrategy: () => Strategy | Promise<Strategy>): void {
-  it(`keeps two app instances sharing one ${name} store within one limit`, async () => {
-    const strategy = await makeStrategy()
-    // near the real time: stores that expire keys by the clock see sane times
-    const clock = createFakeClock(Math.ceil(Date.now() / 60_000) * 60_000 + 5_000)
-    const namespace = `fastify-shared-${process.pid}-${Date.now()}`
-    const stores = [0, 1].map(() => createFastifyStore({ strategy, namespace, clock: clock.now }))
-    const apps = await Promise.all(stores.map((store) => withPluginStore({ max: 7, timeWindow: 60_000, store })))
-    const all = await Promise.all(Array.from({ length: 20 }, (_, i) => inject(apps[i % 2] as FastifyInstance, 'shared')))
-    const codes = all.map((r) => r.statusCode)
-    assert.equal(codes.filter((s) => s === 200).length, 7, `exactly the limit passes: ${codes.join(' ')}`)
-    for (const app of apps) await app.close()
-    for (const store of stores) await store.close()
-    await strategy.close()
+  sharedStoreCases('fastify', async ({ strategy, namespace, clock, limit }) => {
+    const stores = [0, 1].map(() => createFastifyStore({ strategy, namespace, clock }))
+    const apps = await Promise.all(stores.map((store) => withPluginStore({ max: limit, timeWindow: 60_000, store })))
+    return {
+      send: async (i) => (await inject(apps[i] as FastifyInstance, 'shared')).statusCode,
+      close: async () => {
+        for (const app of apps) await app.close()
+        for (const store of stores) await store.close()
+      },
+    }
   })
-}
+})
 
 describe('fastifyRateLimiting plugin and createFastifyHook', () => {
   it('limits every route with IETF headers and a 429', async () => {

@@ -2,8 +2,8 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { type Context, Hono } from 'hono'
 import { createHonoMiddleware, type HonoMiddlewareOptions } from '../../src/adapters/hono.js'
-import { ConfigError, createFakeClock, MemoryStrategy, RateLimiting, type Strategy } from '../../src/index.js'
-import { RedisStrategy } from '../../src/strategies/redis/index.js'
+import { ConfigError, createFakeClock, MemoryStrategy, RateLimiting } from '../../src/index.js'
+import { sharedStoreCases } from '../support/shared-store.js'
 
 const MINUTE = 1_699_999_980_000 // a minute boundary
 
@@ -212,32 +212,8 @@ describe('createHonoMiddleware', () => {
     )
   })
 
-  sharedStoreCase('memory', () => new MemoryStrategy())
-  sharedStoreCase('redis', () => new RedisStrategy({ url: 'redis://127.0.0.1:6379', prefix: 'adapters-test' }))
-})
-
-/**
- * Two app instances (two engines, as two processes would have) share one store and stay within
- * one limit. One line per store: `sharedStoreCase('redis', () => new RedisStrategy(...))`.
- */
-function sharedStoreCase(name: string, makeStrategy: () => Strategy | Promise<Strategy>): void {
-  it(`keeps two app instances sharing one ${name} store within one limit`, async () => {
-    const strategy = await makeStrategy()
-    // near the real time: stores that expire keys by the clock see sane times
-    const clock = createFakeClock(Math.ceil(Date.now() / 60_000) * 60_000 + 5_000)
-    const namespace = `hono-shared-${process.pid}-${Date.now()}`
-    const apps = [0, 1].map(() =>
-      appWith({
-        limit: 7,
-        strategy,
-        namespace,
-        clock: clock.now,
-        countDenied: false,
-      }),
-    )
-    const all = await Promise.all(Array.from({ length: 20 }, (_, i) => request(apps[i % 2] as Hono, 'shared')))
-    const codes = all.map((r) => r.status)
-    assert.equal(codes.filter((s) => s === 200).length, 7, `exactly the limit passes: ${codes.join(' ')}`)
-    await strategy.close()
+  sharedStoreCases('hono', async ({ strategy, namespace, clock, limit }) => {
+    const apps = [0, 1].map(() => appWith({ limit, strategy, namespace, clock, countDenied: false }))
+    return { send: async (i) => (await request(apps[i] as Hono, 'shared')).status, close: async () => {} }
   })
-}
+})
