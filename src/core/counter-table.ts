@@ -15,7 +15,7 @@ const PREV_MINE = 4
 const PREV_ACKED = 5
 const PREV_OTHERS = 6
 
-// Flag bits of a slot.
+// Flag bits of a slot:
 const REFERENCED = 1 // CLOCK bit: hit since the eviction hand last passed
 const QUEUED = 2 // in its table's queue of slots the next sync visits (see WindowTable.collect)
 const VISITED = 4 // visited by the sync being collected; cleared before it returns
@@ -24,10 +24,8 @@ const HIT_FLAGS = REFERENCED | QUEUED // what a hit leaves: referenced and queue
 /** The slot layout, for the dict (its cold paths: allocation, eviction, release). */
 export const SLOT = { STRIDE, START, CUR_MINE, CUR_ACKED, PREV_MINE, PREV_ACKED, REFERENCED } as const
 
-/**
- * A key whose rate is at least this share of the smallest limit decided on its table is "near its
- * limit": each sync refreshes it, hit or not, so that a hit after a pause decides on fresh counts.
- */
+// A key whose rate is at least this share of the smallest limit decided on its table is "near its
+// limit": each sync refreshes it, hit or not, so that a hit after a pause decides on fresh counts.
 const NEAR_LIMIT_SHARE = 0.5
 
 // The sliding rate of the slot at `base`: current window's total plus previous one's at `weight`.
