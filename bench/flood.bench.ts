@@ -124,6 +124,8 @@ async function flood(algo: string): Promise<FloodResult> {
 }
 
 interface HeldResult {
+  /** The store's script calls: one per hash slot (the default), or `batch-across-slots`. */
+  readonly calls: string
   readonly held: number
   readonly active: number
   readonly fillRps: number
@@ -144,10 +146,11 @@ function median(values: number[]): number {
   return sorted.length === 0 ? Number.NaN : (sorted[sorted.length >> 1] as number)
 }
 
-async function heldKeys(): Promise<HeldResult> {
+async function heldKeys(batchAcrossSlots: boolean): Promise<HeldResult> {
   const redis = await startRedisProcess()
+  const batch = batchAcrossSlots ? ', batch-across-slots: true' : ''
   const service = await startServiceProcess(
-    `rate-limiter: { use-algo: sliding-window-counter-algo, max-requests: 100, window-size: 60, sync-rate: ${syncRate} }\nstore: { type: redis, url: "${redis.url}" }\n`,
+    `rate-limiter: { use-algo: sliding-window-counter-algo, max-requests: 100, window-size: 60, sync-rate: ${syncRate} }\nstore: { type: redis, url: "${redis.url}"${batch} }\n`,
   )
   try {
     let n = 0
@@ -184,6 +187,7 @@ async function heldKeys(): Promise<HeldResult> {
     const scripts =
       (callsAfter.get('evalsha') ?? 0) - (callsBefore.get('evalsha') ?? 0) + (callsAfter.get('eval') ?? 0) - (callsBefore.get('eval') ?? 0)
     return {
+      calls: batchAcrossSlots ? '`batch-across-slots`' : 'one per slot (default)',
       held,
       active,
       fillRps: fill.rps,
@@ -211,7 +215,7 @@ const started = Date.now()
 const loadAtStart = loadavg()[0] as number
 const floods: FloodResult[] = []
 if (only !== 'held') for (const algo of algos) floods.push(await flood(algo))
-const heldResult = only === 'flood' ? undefined : await heldKeys()
+const heldResults = only === 'flood' ? [] : [await heldKeys(false), await heldKeys(true)]
 
 const command = ['node', ...process.execArgv, path.relative(root, fileURLToPath(import.meta.url)), ...args].join(' ')
 const measured = `Measured ${new Date().toISOString().slice(0, 10)} on ${cpus()[0]?.model.trim() ?? 'an unknown CPU'} (${cpus().length} cores, shared with other jobs), Node ${process.version}; load average ${loadAtStart.toFixed(2)} at start, ${(loadavg()[0] as number).toFixed(2)} at the end; autocannon in the bench process, ${connections} connections, the service in its own process. Reproduce with \`npm run build && ${command}\`.`
@@ -248,19 +252,23 @@ if (floods.length > 0) {
     ].join('\n'),
   )
 }
-if (heldResult !== undefined) {
-  const h = heldResult
+if (heldResults.length > 0) {
+  const fills = heldResults.map((h) => fmt(h.fillRps)).join(' and ')
+  const h = heldResults[0] as HeldResult
   sections.push(
     [
       HELD_HEADING,
       '',
       measured,
       '',
-      `sliding-window-counter-algo, sync-rate ${syncRate} s, on a redis-server of the benchmark's own. ${fmt(h.held)} requests with distinct ids fill the service's table (at ${fmt(h.fillRps)} req/s); then ${fmt(h.active)} ids (${fmt(activeShare * 100, 1)}%) take all the traffic for ${activeSeconds} s. The lag is \`ratelimiting_sync_lag_seconds\` sampled every 250 ms; the commands are INFO commandstats (every command, those run by scripts included, INFO and PING left out) over the syncs \`ratelimiting_syncs_total\` counted.`,
+      `sliding-window-counter-algo, sync-rate ${syncRate} s, on a redis-server of the benchmark's own. ${fmt(h.held)} requests with distinct ids fill the service's table (at ${fills} req/s); then ${fmt(h.active)} ids (${fmt(activeShare * 100, 1)}%) take all the traffic for ${activeSeconds} s. The lag is \`ratelimiting_sync_lag_seconds\` sampled every 250 ms; the commands are INFO commandstats (every command, those run by scripts included, INFO and PING left out) over the syncs \`ratelimiting_syncs_total\` counted.`,
       '',
-      '| held keys | active | req/s | p99 | syncs | sync lag, median | sync lag, max | max / sync-rate | Redis commands per sync | scripts per sync | keys in the table | service RSS | Redis memory |',
-      '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
-      `| ${fmt(h.held)} | ${fmt(h.active)} | ${fmt(h.rps)} | ${h.p99} ms | ${h.syncs} | ${fmt(h.lagMedian, 2)} s | ${fmt(h.lagMax, 2)} s | ${fmt(h.lagMax / syncRate, 1)} | ${fmt(h.commandsPerSync)} | ${fmt(h.scriptsPerSync)} | ${fmt(h.localKeys)} | ${fmt(h.serviceRssMb)} MB | ${fmt(h.redisMb)} MB |`,
+      '| script calls | held keys | active | req/s | p99 | syncs | sync lag, median | sync lag, max | max / sync-rate | Redis commands per sync | scripts per sync | keys in the table | service RSS | Redis memory |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+      ...heldResults.map(
+        (r) =>
+          `| ${r.calls} | ${fmt(r.held)} | ${fmt(r.active)} | ${fmt(r.rps)} | ${r.p99} ms | ${r.syncs} | ${fmt(r.lagMedian, 2)} s | ${fmt(r.lagMax, 2)} s | ${fmt(r.lagMax / syncRate, 1)} | ${fmt(r.commandsPerSync)} | ${fmt(r.scriptsPerSync)} | ${fmt(r.localKeys)} | ${fmt(r.serviceRssMb)} MB | ${fmt(r.redisMb)} MB |`,
+      ),
       '',
       'Targets: sync lag at most 2 x sync-rate; Redis commands per sync proportional to the active keys, not the held ones.',
       '',
@@ -281,7 +289,7 @@ if (write) {
     return previous.slice(at, next < 0 ? undefined : next + 1)
   }
   const flood = floods.length > 0 ? sections[0] : kept(FLOOD_HEADING)
-  const heldSection = heldResult !== undefined ? sections[sections.length - 1] : kept(HELD_HEADING)
+  const heldSection = heldResults.length > 0 ? sections[sections.length - 1] : kept(HELD_HEADING)
   const intro = [
     '# Benchmarks: floods of ids and many held keys',
     '',

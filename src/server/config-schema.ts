@@ -90,6 +90,7 @@ export const CONFIG_SCHEMA = {
         // postgres: where the counters table lives (a plain identifier, as PostgresStrategy takes it)
         schema: { type: 'string', pattern: '^[A-Za-z_][A-Za-z0-9_]{0,62}$' },
         'timeout-ms': { type: 'integer', minimum: 1, maximum: 60_000 },
+        'batch-across-slots': { type: 'boolean' },
       },
     },
     auth: {

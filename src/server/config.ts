@@ -12,6 +12,15 @@ export { ConfigFileError, type ConfigIssue } from './config-issues.js'
 export type AlgorithmName = (typeof ALGORITHMS)[number]
 /** A `store.type` value. */
 export type StoreType = (typeof STORE_TYPES)[number]
+
+// The store keys that only some store types use.
+const STORE_KEYS_USED_BY: Record<string, readonly StoreType[]> = {
+  url: ['redis', 'postgres'],
+  nodes: ['redis'],
+  servers: ['memcached'],
+  schema: ['postgres'],
+  'batch-across-slots': ['redis'],
+}
 /** A `rate-limiter.on-store-error` value: 503, admit, or deny when the store fails. */
 export type FailPolicy = (typeof FAIL_POLICIES)[number]
 /** A `log-level` value. */
@@ -42,6 +51,8 @@ export interface StoreConfig {
   readonly schema?: string
   /** Longest wait for one store call, ms. */
   readonly timeoutMs: number
+  /** redis with one server: a sync's script calls span hash slots (RedisStrategy's batchAcrossSlots). */
+  readonly batchAcrossSlots?: boolean
 }
 
 /** The `server` section. */
@@ -245,19 +256,11 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
       path: ['store', 'servers'],
       message: 'is required for store type memcached (or RATELIMITING_STORE_URL)',
     })
-  for (const key of ['url', 'nodes', 'servers', 'schema'] as const) {
-    const usedBy = {
-      url: ['redis', 'postgres'],
-      nodes: ['redis'],
-      servers: ['memcached'],
-      schema: ['postgres'],
-    }[key]
+  for (const [key, usedBy] of Object.entries(STORE_KEYS_USED_BY))
     if (store[key] !== undefined && !usedBy.includes(storeType))
-      issues.push({
-        path: ['store', key],
-        message: `is not used by store type ${storeType}`,
-      })
-  }
+      issues.push({ path: ['store', key], message: `is not used by store type ${storeType}` })
+  if (store['batch-across-slots'] === true && store.nodes !== undefined)
+    issues.push({ path: ['store', 'batch-across-slots'], message: 'is for one Redis server (url); a cluster needs one call per slot' })
   issues.push(...urlProblems(storeType, store))
   const requestTimeoutMs = (server['request-timeout-ms'] as number | undefined) ?? 10_000
   const headersTimeoutMs = (server['headers-timeout-ms'] as number | undefined) ?? Math.min(5_000, requestTimeoutMs)
@@ -294,6 +297,7 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
       ...(store.servers !== undefined ? { servers: store.servers as string[] } : {}),
       ...(store.schema !== undefined ? { schema: store.schema as string } : {}),
       timeoutMs: (store['timeout-ms'] as number | undefined) ?? 1000,
+      ...(store['batch-across-slots'] === true ? { batchAcrossSlots: true } : {}),
     },
     auth:
       auth === undefined

@@ -97,7 +97,7 @@ export async function checkStoreModules(store: StoreConfig, _needsStrategy: bool
 export function storeSignature(store: StoreConfig, keyPrefix: string): string {
   // the memory store has no connection and no key names: any memory section keeps its counters
   if (store.type === 'memory') return 'memory'
-  return `${JSON.stringify([store.type, store.url ?? '', store.nodes ?? [], store.servers ?? [], store.schema ?? '', store.timeoutMs])}|${keyPrefix}`
+  return `${JSON.stringify([store.type, store.url ?? '', store.nodes ?? [], store.servers ?? [], store.schema ?? '', store.timeoutMs, store.batchAcrossSlots === true])}|${keyPrefix}`
 }
 
 /**
@@ -186,7 +186,11 @@ export async function openStore(store: StoreConfig, options: OpenStoreOptions): 
   const makeStrategy = async (): Promise<Strategy> => {
     if (strategy !== undefined) return strategy
     if (store.type === 'redis') {
-      strategy = await makeBuiltIn('redis', { client: redis, prefix: counterPrefix(options.keyPrefix) })
+      strategy = await makeBuiltIn('redis', {
+        client: redis,
+        prefix: counterPrefix(options.keyPrefix),
+        batchAcrossSlots: store.batchAcrossSlots === true,
+      })
     } else if (store.type === 'postgres') {
       // the registry's postgres factory runs migrate() (the counters table) before answering
       strategy = await makeBuiltIn('postgres', {

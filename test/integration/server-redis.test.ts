@@ -16,6 +16,7 @@ import {
   deleteKeys,
   keysUnder,
   SHARED_REDIS_URL,
+  startOwnRedis,
   startTestService,
   type TestService,
   uniquePrefix,
@@ -294,5 +295,34 @@ store: { type: redis, url: "${SHARED_REDIS_URL}" }
       status: 'ready',
       store: 'redis',
     })
+  })
+})
+
+describe('service on one Redis server with store.batch-across-slots', { timeout: 60_000 }, () => {
+  it('syncs the counter policy in script calls that span slots, and counts every user', async () => {
+    const own = await startOwnRedis()
+    const redis = new Redis(own.url)
+    const t = await startTestService(`
+rate-limiter: { use-algo: sliding-window-counter-algo, max-requests: 5, window-size: 60, sync-rate: 60, key-prefix: rl }
+store: { type: redis, url: "${own.url}", batch-across-slots: true }
+`)
+    try {
+      for (let i = 0; i < 300; i++) assert.equal((await check(t.url, { userId: `u${i}` })).status, 200)
+      await redis.config('RESETSTAT')
+      await t.service.runtime().policies.get('default')?.engine?.rl.sync('default')
+      const stats = await redis.info('commandstats')
+      const evalsha = Number(/^cmdstat_evalsha:calls=(\d+)/m.exec(stats)?.[1] ?? 0)
+      const evals = Number(/^cmdstat_eval:calls=(\d+)/m.exec(stats)?.[1] ?? 0)
+      // 300 users, a write and a read each: 2 calls of up to 512 key-windows, not 300 (one per
+      // slot); on this fresh server each EVALSHA is answered NOSCRIPT and sent again as EVAL
+      assert.ok(evalsha <= 3 && evals <= 3, `${evalsha} EVALSHA and ${evals} EVAL for 300 users`)
+      assert.equal((await keysUnder(redis, 'rl#counter:')).length, 300, 'every user written')
+      for (let i = 0; i < 5; i++) await check(t.url, { userId: 'u0' })
+      assert.equal((await check(t.url, { userId: 'u0' })).status, 429)
+    } finally {
+      await t.close()
+      redis.disconnect()
+      await own.kill()
+    }
   })
 })

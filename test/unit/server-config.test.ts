@@ -155,6 +155,24 @@ describe('service config', () => {
     assert.equal(ok.store.nodes?.length, 3)
   })
 
+  it('takes batch-across-slots for one Redis server only', () => {
+    const one = parseConfig('store: { type: redis, url: "redis://127.0.0.1:6379", batch-across-slots: true }\n', 'rl.yaml')
+    assert.equal(one.store.batchAcrossSlots, true)
+    assert.equal(parseConfig('store: { type: redis, url: "redis://127.0.0.1:6379" }\n', 'rl.yaml').store.batchAcrossSlots, undefined)
+    assert.match(
+      issuesOf('store: { type: redis, nodes: ["127.0.0.1:7101"], batch-across-slots: true }\n')[0] as string,
+      /store\.batch-across-slots: is for one Redis server \(url\); a cluster needs one call per slot/,
+    )
+    assert.match(
+      issuesOf('store: { type: memory, batch-across-slots: true }\n')[0] as string,
+      /store\.batch-across-slots: is not used by store type memory/,
+    )
+    assert.match(
+      issuesOf('store: { type: redis, url: "redis://127.0.0.1:6379", batch-across-slots: "yes" }\n').join('\n'),
+      /batch-across-slots/,
+    )
+  })
+
   it('refuses an empty file and a file without store: they are not a config', () => {
     for (const text of ['', '# nothing yet\n', 'rate-limiter: { max-requests: 5 }\n']) {
       const lines = issuesOf(text)
