@@ -17,11 +17,11 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { cpus, loadavg, tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import autocannon from 'autocannon'
+import { freePort } from '../src/testing/tcp-proxy.js'
 
 const args = process.argv.slice(2)
 const flag = (name: string) => args.includes(name)
@@ -43,17 +43,6 @@ const builtCli = path.join(root, 'dist/server/cli.js')
 const fromSource = flag('--source') || !existsSync(builtCli)
 
 const log = (line: string) => process.stderr.write(`[bench] ${line}\n`)
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => resolve(port))
-    })
-  })
-}
 
 async function waitForHealth(url: string): Promise<void> {
   const deadline = Date.now() + 15_000

@@ -6,7 +6,6 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { Writable } from 'node:stream'
@@ -14,6 +13,8 @@ import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
 import { createLogger } from '../../src/server/logger.js'
 import { type RunningService, type ServiceOptions, startService } from '../../src/server/service.js'
+import { freePort } from '../../src/testing/tcp-proxy.js'
+export { freePort }
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 export const SHARED_REDIS_URL = 'redis://127.0.0.1:6379'
@@ -130,17 +131,6 @@ export async function keysUnder(redis: Redis, prefix: string): Promise<string[]>
     found.push(...keys)
   } while (cursor !== '0')
   return found.sort()
-}
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => resolve(port))
-    })
-  })
 }
 
 /** A redis-server of our own, for outages and hangs; never the shared one. */
