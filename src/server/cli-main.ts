@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util'
 import { type ConfigEnv, ConfigFileError, type LogLevel, loadConfigFile } from './config.js'
+import { loadServiceDomains } from './gateway/envoy-service.js'
 import { LOG_LEVELS } from './config-schema.js'
 import { createLogger } from './logger.js'
 import { startService } from './service.js'
@@ -29,7 +30,8 @@ Rate limiting as a service over HTTP (POST /v1/check, GET|DELETE /v1/users/{user
 Commands:
   serve [--config FILE]   run the service; without --config, the built-in default
                           (memory store, sliding-window-algo, 100 per 60 s, 127.0.0.1:8080)
-  check-config FILE       validate a config file (and that its store can be loaded), then exit
+  check-config FILE       validate a config file, its Envoy domain files (envoy.domains) and
+                          that its store can be loaded, then exit
 
 Options:
   -c, --config FILE       the YAML config file (reloaded on SIGHUP and when it changes)
@@ -45,6 +47,7 @@ Environment:
                              for Redis when comma-separated)
   RATELIMITING_AUTH_TOKENS   comma-separated bearer tokens (replaces auth.tokens)
   RATELIMITING_ADMIN_TOKENS  comma-separated admin tokens (replaces auth.admin-tokens)
+  RATELIMITING_SHADOW_MODE   true or false (replaces shadow-mode: decide and count, but allow)
 
 Signals: SIGHUP reloads the config; SIGTERM and SIGINT stop gracefully (in-flight requests
 finish, unsynced counts are flushed).
@@ -152,8 +155,11 @@ async function checkConfig(file: string, io: CliIo): Promise<number> {
     const config = await loadConfigFile(file, io.env)
     const needsStrategy = [...config.policies.values()].some((p) => p.algo === 'sliding-window-counter-algo' && p.syncRate >= 0)
     await checkStoreModules(config.store, needsStrategy)
+    const domains = await loadServiceDomains(config)
     const policies = [...config.policies.values()].map((p) => `${p.name} (${p.algo}, ${p.maxRequests} per ${p.windowSize} s)`)
-    io.stdout(`${file}: ok; store ${config.store.type}; policies: ${policies.join(', ')}\n`)
+    const rules =
+      config.gateway.envoy.domains === undefined ? '' : `; envoy rules: ${[...domains.rules()].length} in ${domains.files.length} file(s)`
+    io.stdout(`${file}: ok; store ${config.store.type}; policies: ${policies.join(', ')}${rules}\n`)
     return EXIT.OK
   } catch (err) {
     if (err instanceof ConfigFileError) {

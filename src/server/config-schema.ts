@@ -16,6 +16,7 @@ const policyProperties = {
   'max-requests': { type: 'integer', minimum: 1, maximum: 1_000_000_000 },
   'window-size': { type: 'integer', minimum: 1, maximum: 31_536_000 },
   'sync-rate': { type: 'number', maximum: 86_400 },
+  'shadow-mode': { type: 'boolean' },
 } as const
 
 const stringList = {
@@ -91,6 +92,38 @@ export const CONFIG_SCHEMA = {
         schema: { type: 'string', pattern: '^[A-Za-z_][A-Za-z0-9_]{0,62}$' },
         'timeout-ms': { type: 'integer', minimum: 1, maximum: 60_000 },
         'batch-across-slots': { type: 'boolean' },
+      },
+    },
+    // decided and counted as usual, but every answer allows (RATELIMITING_SHADOW_MODE=true too)
+    'shadow-mode': { type: 'boolean' },
+    grpc: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        host: { type: 'string', minLength: 1 },
+        port: { type: 'integer', minimum: 0, maximum: 65_535 },
+        'max-concurrent-streams': { type: 'integer', minimum: 1, maximum: 1_000_000 },
+      },
+    },
+    envoy: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        domains: { type: 'string', minLength: 1 },
+        'use-algo': { enum: ALGORITHMS },
+        'sync-rate': { type: 'number', maximum: 86_400 },
+        'response-headers': { enum: ['off', 'x-ratelimit', ...HEADER_MODES] },
+        'near-limit-ratio': { type: 'number', exclusiveMinimum: 0, maximum: 1 },
+        'max-descriptors': { type: 'integer', minimum: 1, maximum: 1024 },
+      },
+    },
+    'forward-auth': {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        'key-header': { type: 'string', pattern: "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$" },
+        'denied-status': { type: 'integer', minimum: 400, maximum: 599 },
+        'key-entry': { enum: ['last', 'first', 'whole'] },
       },
     },
     auth: {

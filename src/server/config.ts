@@ -4,8 +4,11 @@ import { LineCounter, parseDocument } from 'yaml'
 import type { HeaderMode } from '../core/headers.js'
 import { ConfigFileError, type ConfigIssue, describe, issueOf, locate } from './config-issues.js'
 import { ALGORITHMS, CONFIG_SCHEMA, type FAIL_POLICIES, type LOG_LEVELS, type STORE_TYPES } from './config-schema.js'
+import { applyEnv, type ConfigEnv, type Raw, section } from './config-env.js'
+import { type GatewayConfig, gatewayOf } from './config-gateway.js'
 import { urlProblems } from './config-urls.js'
 
+export { type ConfigEnv } from './config-env.js'
 export { ConfigFileError, type ConfigIssue } from './config-issues.js'
 
 /** A `use-algo` value. */
@@ -36,6 +39,8 @@ export interface PolicyConfig {
   readonly windowSize: number
   /** Seconds between syncs of the counter algorithm (> 0 periodic, 0 every hit, < 0 local only). */
   readonly syncRate: number
+  /** Decided and counted as usual, but every answer allows (the denial shows in a metric and a field). */
+  readonly shadowMode: boolean
 }
 
 /** The `store` section. */
@@ -95,6 +100,8 @@ export interface ServiceConfig {
   readonly policies: ReadonlyMap<string, PolicyConfig>
   readonly store: StoreConfig
   readonly auth: AuthConfig | undefined
+  /** gRPC, Envoy's protocol and domain files, forward-auth, the global shadow mode. */
+  readonly gateway: GatewayConfig
 }
 
 /** The source name of the built-in default config. */
@@ -115,59 +122,8 @@ export const DEFAULT_CONFIG_DOCUMENT = {
   store: { type: 'memory' },
 } as const
 
-/** Environment variables read by {@link parseConfig}. */
-export interface ConfigEnv {
-  /** Overrides `store.url` (redis, postgres), `store.nodes` (redis, when comma-separated) or `store.servers` (memcached, comma-separated). */
-  readonly RATELIMITING_STORE_URL?: string
-  /** Comma-separated bearer tokens, replacing `auth.tokens`. */
-  readonly RATELIMITING_AUTH_TOKENS?: string
-  /** Comma-separated admin tokens, replacing `auth.admin-tokens`. */
-  readonly RATELIMITING_ADMIN_TOKENS?: string
-  readonly [name: string]: string | undefined
-}
-
 const ajv = new Ajv({ allErrors: true, strict: true })
 const validate = ajv.compile(CONFIG_SCHEMA)
-
-type Raw = Record<string, unknown>
-
-function section(raw: Raw, name: string): Raw {
-  const value = raw[name]
-  return typeof value === 'object' && value !== null ? (value as Raw) : {}
-}
-
-function list(value: string | undefined): string[] | undefined {
-  if (value === undefined || value.trim() === '') return undefined
-  return value
-    .split(',')
-    .map((s) => s.trim())
-    .filter((s) => s.length > 0)
-}
-
-/** Applies the environment overrides to a raw (parsed, not yet validated) document. */
-function applyEnv(raw: Raw, env: ConfigEnv): Raw {
-  const out: Raw = { ...raw }
-  const url = env.RATELIMITING_STORE_URL
-  const storeType = section(raw, 'store').type
-  // the memory store has no URL: the override is for deployments that point a config at a server
-  if (url !== undefined && url.trim() !== '' && storeType !== undefined && storeType !== 'memory') {
-    const store = { ...section(raw, 'store') }
-    const values = list(url) ?? []
-    if (store.type === 'memcached') store.servers = values
-    else if (store.type === 'redis' && values.length > 1) store.nodes = values
-    else store.url = url.trim()
-    out.store = store
-  }
-  const tokens = list(env.RATELIMITING_AUTH_TOKENS)
-  const adminTokens = list(env.RATELIMITING_ADMIN_TOKENS)
-  if (tokens !== undefined || adminTokens !== undefined) {
-    const auth = { ...section(raw, 'auth') }
-    if (tokens !== undefined) auth.tokens = tokens
-    if (adminTokens !== undefined) auth['admin-tokens'] = adminTokens
-    out.auth = auth
-  }
-  return out
-}
 
 function schemaIssues(raw: Raw): Array<{ path: string[]; message: string }> {
   const found: Array<{ path: string[]; message: string }> = []
@@ -185,6 +141,7 @@ function policyOf(name: string, raw: Raw, base: Omit<PolicyConfig, 'name'>): Pol
     maxRequests: (raw['max-requests'] as number | undefined) ?? base.maxRequests,
     windowSize: (raw['window-size'] as number | undefined) ?? base.windowSize,
     syncRate: (raw['sync-rate'] as number | undefined) ?? base.syncRate,
+    shadowMode: (raw['shadow-mode'] as boolean | undefined) ?? base.shadowMode,
   }
 }
 
@@ -203,6 +160,7 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
     maxRequests: 100,
     windowSize: 60,
     syncRate: defaultSyncRate,
+    shadowMode: false,
   })
   const policies = new Map<string, PolicyConfig>([['default', base]])
   for (const [name, value] of Object.entries(section(raw, 'policies'))) {
@@ -262,6 +220,7 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
   if (store['batch-across-slots'] === true && store.nodes !== undefined)
     issues.push({ path: ['store', 'batch-across-slots'], message: 'is for one Redis server (url); a cluster needs one call per slot' })
   issues.push(...urlProblems(storeType, store))
+  const gateway = gatewayOf(raw, source, storeType, defaultSyncRate, issues)
   const requestTimeoutMs = (server['request-timeout-ms'] as number | undefined) ?? 10_000
   const headersTimeoutMs = (server['headers-timeout-ms'] as number | undefined) ?? Math.min(5_000, requestTimeoutMs)
   if (headersTimeoutMs > requestTimeoutMs)
@@ -306,6 +265,7 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
             tokens: (auth.tokens as string[] | undefined) ?? [],
             adminTokens: (auth['admin-tokens'] as string[] | undefined) ?? [],
           },
+    gateway,
   }
 }
 

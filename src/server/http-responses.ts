@@ -42,6 +42,31 @@ export function resultBody(r: AlgorithmResult): string {
   })
 }
 
+/** The name of the header that marks an answer a policy in shadow mode would have denied. */
+export const SHADOW_HEADER = 'x-ratelimit-shadow'
+
+/** The JSON body of a shadow denial: allowed, with `shadowDenied: true` and what the denial would have said. */
+export function shadowBody(r: AlgorithmResult): string {
+  return JSON.stringify({
+    allowed: true,
+    shadowDenied: true,
+    count: r.count,
+    limit: r.limit,
+    remaining: r.remaining,
+    resetMs: r.resetMs,
+    retryAfterMs: Number.isFinite(r.retryAfterMs) ? r.retryAfterMs : null,
+  })
+}
+
+/** The headers of a shadow denial: the RateLimit headers without Retry-After, and {@link SHADOW_HEADER}: denied. */
+export function shadowHeaders(list: readonly string[]): string[] {
+  const out: string[] = []
+  for (let i = 0; i < list.length; i += 2)
+    if ((list[i] as string).toLowerCase() !== 'retry-after') out.push(list[i] as string, list[i + 1] as string)
+  out.push(SHADOW_HEADER, 'denied')
+  return out
+}
+
 // Header sets one generation of a policy's cache holds: at most twice this many are kept.
 const HEADER_CACHE_GENERATION = 4096
 

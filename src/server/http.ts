@@ -1,14 +1,26 @@
-import { isUtf8 } from 'node:buffer'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { performance } from 'node:perf_hooks'
 import type { Logger } from 'pino'
-import { userIdEncodingProblem } from '../algorithms/options.js'
 import type { AlgorithmResult } from '../algorithms/types.js'
 import { StoreError } from '../core/errors.js'
 import type { Grant } from './auth.js'
-import { rateLimitHeaderList, resultBody, send, sendDecision, sendError } from './http-responses.js'
+import { readJsonBody, userIdProblem } from './http-input.js'
+import { FORWARD_AUTH_PATH, forwardAuth, type ForwardAuthGate } from './forward-auth.js'
+import {
+  rateLimitHeaderList,
+  resultBody,
+  send,
+  sendDecision,
+  sendError,
+  SHADOW_HEADER,
+  shadowBody,
+  shadowHeaders,
+} from './http-responses.js'
 import type { ServiceMetrics } from './metrics.js'
 import type { Policy, Runtime } from './runtime.js'
+import type { ShadowLog } from './shadow-log.js'
+import { type EnvoyRequest, EnvoyRequestError, type EnvoyResponse } from './gateway/envoy-decide.js'
+import { requestFromJson, responseToJson } from './gateway/json-api.js'
 
 /** Largest `cost` one request may ask for. */
 export const MAX_COST = 1_000_000
@@ -21,34 +33,10 @@ export interface HandlerContext {
   closing(): boolean
   readonly metrics: ServiceMetrics
   readonly logger: Logger
-}
-
-// A control character (C0, DEL, C1): refused in user ids, which end up in keys and logs.
-// eslint-disable-next-line no-control-regex -- matching control characters is the point
-const CONTROL = /[\u0000-\u001f\u007f-\u009f]/
-
-/** Why a user id is refused, or undefined when it is fine. */
-function userIdProblem(userId: unknown, maxLength: number): string | undefined {
-  if (userId === undefined) return 'userId is required'
-  if (typeof userId !== 'string')
-    return `userId must be a string, got ${userId === null ? 'null' : Array.isArray(userId) ? 'an array' : typeof userId}`
-  if (userId.length === 0) return 'userId must not be empty'
-  if (userId.length > maxLength) return `userId must be at most ${maxLength} characters, got ${userId.length}`
-  if (CONTROL.test(userId)) return 'userId must not contain control characters'
-  return userIdEncodingProblem(userId)
-}
-
-/** Whether a Content-Type header says JSON: `application/json`, parameters allowed (charset utf-8 only). */
-function isJson(contentType: string | undefined): boolean {
-  if (contentType === 'application/json') return true
-  if (contentType === undefined) return false
-  const [type, ...params] = contentType.split(';')
-  if ((type as string).trim().toLowerCase() !== 'application/json') return false
-  for (const param of params) {
-    const [name, value] = param.split('=')
-    if (name?.trim().toLowerCase() === 'charset' && value?.trim().replace(/^"|"$/g, '').toLowerCase() !== 'utf-8') return false
-  }
-  return true
+  /** Logs shadow denials, throttled. */
+  readonly shadowLog: ShadowLog
+  /** Envoy's ShouldRateLimit with the runtime in use (POST /json). */
+  readonly decideEnvoy: (request: EnvoyRequest) => Promise<EnvoyResponse>
 }
 
 /**
@@ -59,6 +47,7 @@ function isJson(contentType: string | undefined): boolean {
  */
 export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage, res: ServerResponse) => void {
   const { metrics, logger } = ctx
+  const { shadowLog } = ctx
   let lastStoreLogMs = 0
   let suppressedStoreErrors = 0
 
@@ -109,8 +98,8 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
     return policy
   }
 
-  /** Answers a store failure as the config's `on-store-error` says. */
-  function failed(res: ServerResponse, runtime: Runtime, policy: Policy, err: unknown, started: number): void {
+  /** Answers a store failure as the config's `on-store-error` says (`deny` with `deniedStatus`). */
+  function failed(res: ServerResponse, runtime: Runtime, policy: Policy, err: unknown, started: number, deniedStatus: number): void {
     const seconds = (performance.now() - started) / 1000
     const tally = metrics.tally(policy)
     if (!(err instanceof StoreError)) {
@@ -138,22 +127,39 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
       retryAfterMs: allowed ? 0 : 1000,
       degraded: true,
     })
-    send(res, allowed ? 200 : 429, body, allowed ? {} : { 'retry-after': '1' })
+    send(res, allowed ? 200 : deniedStatus, body, allowed ? {} : { 'retry-after': '1' })
   }
 
-  function decide(req: IncomingMessage, res: ServerResponse, runtime: Runtime, policy: Policy, userId: string, cost: number): void {
+  /** Decides and answers: 200, or `deniedStatus` (429 on /v1/check, `forward-auth.denied-status` on /v1/forward-auth). */
+  function decide(
+    req: IncomingMessage,
+    res: ServerResponse,
+    runtime: Runtime,
+    policy: Policy,
+    userId: string,
+    cost: number,
+    deniedStatus: number,
+  ): void {
     // the connection was closed or is closing since the request arrived: no answer can reach the client
     if (!req.socket.writable) return
     runtime.enter()
     const started = performance.now()
     const done = (r: AlgorithmResult) => {
       runtime.leave()
-      metrics.tally(policy).record(r.allowed ? 'allowed' : 'denied', (performance.now() - started) / 1000)
-      sendDecision(res, r.allowed ? 200 : 429, resultBody(r), rateLimitHeaderList(policy, r, runtime))
+      const seconds = (performance.now() - started) / 1000
+      if (!r.allowed && policy.shadowMode) {
+        // counted as usual, answered as allowed: the denial shows in the body, a header, the metrics and the log
+        metrics.tally(policy).record('shadow_denied', seconds)
+        shadowLog.denied(`policy ${policy.name}`, { policy: policy.name, userId })
+        sendDecision(res, 200, shadowBody(r), shadowHeaders(rateLimitHeaderList(policy, r, runtime)))
+        return
+      }
+      metrics.tally(policy).record(r.allowed ? 'allowed' : 'denied', seconds)
+      sendDecision(res, r.allowed ? 200 : deniedStatus, resultBody(r), rateLimitHeaderList(policy, r, runtime))
     }
     const fail = (err: unknown) => {
       runtime.leave()
-      failed(res, runtime, policy, err, started)
+      failed(res, runtime, policy, err, started, deniedStatus)
     }
     let result: ReturnType<typeof policy.algorithm.check>
     try {
@@ -169,71 +175,69 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
   function check(req: IncomingMessage, res: ServerResponse): void {
     const runtime = ctx.runtime()
     if (runtime.auth.enabled && unauthorized(res, runtime.auth.grant(req.headers.authorization), false)) return
-    if (!isJson(req.headers['content-type'])) {
-      const got = req.headers['content-type'] === undefined ? 'none' : JSON.stringify(req.headers['content-type'])
-      sendError(res, 415, 'unsupported_media_type', `the body must be JSON, sent with Content-Type: application/json; got ${got}`)
-      return
-    }
-    const max = runtime.config.server.maxBodyBytes
-    const declared = req.headers['content-length']
-    if (declared !== undefined && Number(declared) > max) {
-      tooLarge(res, max)
-      return
-    }
-    const chunks: Buffer[] = []
-    let size = 0
-    let over = false
-    req.on('data', (chunk: Buffer) => {
-      if (over) return
-      size += chunk.length
-      if (size > max) {
-        over = true
-        tooLarge(res, max)
-        return
-      }
-      chunks.push(chunk)
-    })
-    req.on('error', () => undefined) // the client went away; nothing to answer
-    req.on('end', () => {
-      if (over) return
-      const body = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks)
-      // invalid UTF-8 would decode to U+FFFD, so different bytes would name the same user
-      if (!isUtf8(body)) {
-        sendError(res, 400, 'invalid_json', 'the body must be JSON in UTF-8')
-        return
-      }
-      const text = body.toString('utf8')
-      let input: unknown
-      try {
-        input = JSON.parse(text)
-      } catch {
-        sendError(res, 400, 'invalid_json', 'the body must be JSON such as {"userId":"u1","policy":"default","cost":1}')
-        return
-      }
-      if (typeof input !== 'object' || input === null || Array.isArray(input)) {
-        sendError(res, 400, 'invalid_request', 'the body must be a JSON object such as {"userId":"u1"}')
-        return
-      }
-      const fields = input as Record<string, unknown>
-      const problem = userIdProblem(fields.userId, runtime.config.server.maxUserIdLength)
-      if (problem !== undefined) {
-        sendError(res, 400, 'invalid_request', problem)
-        return
-      }
-      const cost = fields.cost ?? 1
-      if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 1 || cost > MAX_COST) {
-        sendError(res, 400, 'invalid_request', `cost must be an integer from 1 to ${MAX_COST}, got ${JSON.stringify(cost)}`)
-        return
-      }
-      const policy = policyOf(runtime, res, fields.policy)
-      if (policy === undefined) return
-      decide(req, res, runtime, policy, fields.userId as string, cost)
-    })
+    readJsonBody(
+      req,
+      res,
+      runtime.config.server.maxBodyBytes,
+      'the body must be JSON such as {"userId":"u1","policy":"default","cost":1}',
+      (input) => {
+        if (typeof input !== 'object' || input === null || Array.isArray(input)) {
+          sendError(res, 400, 'invalid_request', 'the body must be a JSON object such as {"userId":"u1"}')
+          return
+        }
+        const fields = input as Record<string, unknown>
+        const problem = userIdProblem(fields.userId, runtime.config.server.maxUserIdLength)
+        if (problem !== undefined) {
+          sendError(res, 400, 'invalid_request', problem)
+          return
+        }
+        const cost = fields.cost ?? 1
+        if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 1 || cost > MAX_COST) {
+          sendError(res, 400, 'invalid_request', `cost must be an integer from 1 to ${MAX_COST}, got ${JSON.stringify(cost)}`)
+          return
+        }
+        const policy = policyOf(runtime, res, fields.policy)
+        if (policy === undefined) return
+        decide(req, res, runtime, policy, fields.userId as string, cost, 429)
+      },
+    )
   }
 
-  function tooLarge(res: ServerResponse, max: number): void {
-    // the rest of the body is not read: close the connection after the answer
-    sendError(res, 413, 'payload_too_large', `the body must be at most ${max} bytes`, { connection: 'close' })
+  /** POST /json: Envoy's ShouldRateLimit in the proto3 JSON mapping (200 OK, 429 OVER_LIMIT). */
+  function envoyJson(req: IncomingMessage, res: ServerResponse): void {
+    const runtime = ctx.runtime()
+    if (runtime.auth.enabled && unauthorized(res, runtime.auth.grant(req.headers.authorization), false)) return
+    const example =
+      'the body must be JSON such as {"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]}'
+    readJsonBody(req, res, runtime.config.server.maxBodyBytes, example, (input) => {
+      let request: EnvoyRequest
+      try {
+        request = requestFromJson(input)
+      } catch (err) {
+        sendError(res, 400, 'invalid_request', (err as Error).message)
+        return
+      }
+      if (!req.socket.writable) return
+      ctx.decideEnvoy(request).then(
+        (r) => {
+          const headers: Record<string, string> = {}
+          if (r.shadowDenied) headers[SHADOW_HEADER] = 'denied'
+          send(res, r.overallCode === 'OVER_LIMIT' ? 429 : 200, JSON.stringify(responseToJson(r)), headers)
+        },
+        (err: unknown) => {
+          if (err instanceof EnvoyRequestError) sendError(res, 400, 'invalid_request', err.message)
+          else if (err instanceof StoreError) {
+            metrics.storeError(runtime.store.type, 'decide')
+            sendError(res, 503, 'store_unavailable', `the ${runtime.store.type} store did not answer: ${err.message}`, {
+              'retry-after': '1',
+            })
+          } else {
+            logger.error({ err }, 'POST /json failed')
+            sendError(res, 500, 'internal_error', 'the decision failed; see the service log')
+          }
+        },
+      )
+    })
   }
 
   function user(req: IncomingMessage, res: ServerResponse, rest: string, query: string): void {
@@ -348,6 +352,8 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
     return false
   }
 
+  const forwardAuthGate: ForwardAuthGate = { unauthorized, decide }
+
   return function handleRequest(req: IncomingMessage, res: ServerResponse): void {
     // pipelined behind an answer that closed the connection (a 413), or on a refused connection:
     // no answer can be sent, so nothing is decided
@@ -363,8 +369,13 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
       if (path === '/v1/check') {
         if (req.method === 'POST') check(req, res)
         else sendError(res, 405, 'method_not_allowed', `${req.method} is not allowed here; use POST`, { allow: 'POST' })
+      } else if (path === '/json') {
+        if (req.method === 'POST') envoyJson(req, res)
+        else sendError(res, 405, 'method_not_allowed', `${req.method} is not allowed here; use POST`, { allow: 'POST' })
       } else if (path.startsWith('/v1/users/')) {
         user(req, res, path.slice('/v1/users/'.length), q < 0 ? '' : url.slice(q + 1))
+      } else if (path.startsWith(FORWARD_AUTH_PATH)) {
+        forwardAuth(req, res, ctx.runtime(), path, q < 0 ? '' : url.slice(q + 1), forwardAuthGate)
       } else if (path === '/healthz') {
         if (onlyGet(req, res)) send(res, 200, '{"status":"ok"}', {})
       } else if (path === '/readyz') {

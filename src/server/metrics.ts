@@ -1,10 +1,11 @@
 import { Counter, collectDefaultMetrics, Gauge, type Metric, Registry } from 'prom-client'
+import { GatewayMetrics } from './gateway/gateway-metrics.js'
 import type { Policy, Runtime } from './runtime.js'
 
 /** How a decision ended, as the `outcome` label. */
-export type Outcome = 'allowed' | 'denied' | 'store_error' | 'failed_open' | 'failed_closed'
+export type Outcome = 'allowed' | 'denied' | 'shadow_denied' | 'store_error' | 'failed_open' | 'failed_closed'
 
-const OUTCOMES: readonly Outcome[] = ['allowed', 'denied', 'store_error', 'failed_open', 'failed_closed']
+const OUTCOMES: readonly Outcome[] = ['allowed', 'denied', 'shadow_denied', 'store_error', 'failed_open', 'failed_closed']
 
 /** Upper bounds (seconds) of the decision latency histogram: 10 µs to 1 s. */
 export const LATENCY_BUCKETS: readonly number[] = [
@@ -19,7 +20,7 @@ export const LATENCY_BUCKETS: readonly number[] = [
 export class DecisionTally {
   readonly policy: string
   readonly algorithm: string
-  readonly outcomes: Record<Outcome, number> = { allowed: 0, denied: 0, store_error: 0, failed_open: 0, failed_closed: 0 }
+  readonly outcomes: Record<Outcome, number> = { allowed: 0, denied: 0, shadow_denied: 0, store_error: 0, failed_open: 0, failed_closed: 0 }
   /** Observations per bucket (not cumulative); the last slot is above the largest bound. */
   readonly buckets = new Float64Array(LATENCY_BUCKETS.length + 1)
   sum = 0
@@ -55,14 +56,17 @@ export class ServiceMetrics {
   private readonly reloads: Counter<'result'>
   private readonly refused: Counter
   private openConnections: () => number = () => 0
+  /** Envoy's protocol: rule hits, shadow denials of rules, gRPC latency. */
+  readonly gateway: GatewayMetrics
 
   constructor(current: () => Runtime | undefined, options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry]
+    this.gateway = new GatewayMetrics(this.registry)
     const startedAt = Date.now()
     const tallies = this.tallies
     this.custom({
       name: 'ratelimiting_decisions_total',
-      help: 'Rate-limit decisions by policy, algorithm and outcome (allowed, denied, store_error, failed_open, failed_closed).',
+      help: 'Rate-limit decisions by policy, algorithm and outcome (allowed, denied, shadow_denied, store_error, failed_open, failed_closed).',
       type: 'counter',
       values: () => {
         const values: MetricValue[] = []
@@ -94,6 +98,17 @@ export class ServiceMetrics {
           values.push({ metricName: `${name}_count`, labels, value: t.count })
         }
         return values
+      },
+    })
+    this.custom({
+      name: 'ratelimiting_shadow_denials_total',
+      help: 'Requests answered as allowed that shadow mode would have denied: by policy (HTTP API), or by domain and rule (Envoy).',
+      type: 'counter',
+      values: () => {
+        const values: MetricValue[] = []
+        for (const t of tallies.values())
+          if (t.outcomes.shadow_denied > 0) values.push({ labels: { policy: t.policy }, value: t.outcomes.shadow_denied })
+        return [...values, ...this.gateway.shadowSamples()]
       },
     })
     this.storeErrors = new Counter({

@@ -8,6 +8,8 @@ import type { HeaderMode } from '../core/headers.js'
 import { TokenAuth } from './auth.js'
 import type { AlgorithmName, PolicyConfig, ServiceConfig } from './config.js'
 import { CounterAlgorithm, CounterEngine } from './counter-algorithm.js'
+import type { DomainConfigSet } from './gateway/domains.js'
+import { EnvoyAlgorithms } from './gateway/envoy-rules.js'
 import { openStore, type StoreHandle, storeSignature } from './stores.js'
 
 /** A policy ready to decide: its config and its algorithm. */
@@ -20,6 +22,8 @@ export interface Policy {
   readonly algorithm: RateLimitAlgorithm
   /** The counter algorithm's engine, for the sync metrics. */
   readonly engine: CounterEngine | undefined
+  /** Decided and counted as usual, but answered as allowed (the policy's or the global `shadow-mode`). */
+  readonly shadowMode: boolean
 }
 
 /** Hooks a runtime reports through, and what it runs on. */
@@ -45,11 +49,20 @@ export class Runtime {
   readonly auth: TokenAuth
   /** Counter state by signature (policy name, algorithm, window, sync rate, store): what a reload can carry over. */
   readonly states: ReadonlyMap<string, RateLimitAlgorithm>
+  /** The algorithms of the Envoy domain files' rules (an empty rule set without `envoy.domains`). */
+  readonly envoy: EnvoyAlgorithms
   private inflight = 0
   private retired: (() => void) | undefined
 
-  private constructor(config: ServiceConfig, store: StoreHandle, policies: Map<string, Policy>, states: Map<string, RateLimitAlgorithm>) {
+  private constructor(
+    config: ServiceConfig,
+    store: StoreHandle,
+    policies: Map<string, Policy>,
+    states: Map<string, RateLimitAlgorithm>,
+    envoy: EnvoyAlgorithms,
+  ) {
     this.config = config
+    this.envoy = envoy
     this.store = store
     this.policies = policies
     this.defaultPolicy = policies.get('default') as Policy
@@ -58,9 +71,21 @@ export class Runtime {
     this.states = states
   }
 
-  /** Builds the runtime of `config`, reusing what `previous` holds for unchanged parts. */
-  static async create(config: ServiceConfig, hooks: RuntimeHooks, previous?: Runtime): Promise<Runtime> {
-    const needsStrategy = [...config.policies.values()].some((p) => p.algo === 'sliding-window-counter-algo' && p.syncRate >= 0)
+  /**
+   * Builds the runtime of `config` and its Envoy `domains` (loaded by the caller, so a bad
+   * domain file is a config error), reusing what `previous` holds for unchanged parts.
+   */
+  static async create(
+    config: ServiceConfig,
+    hooks: RuntimeHooks,
+    previous: Runtime | undefined,
+    domains: DomainConfigSet,
+  ): Promise<Runtime> {
+    const counterRules = [...domains.rules()].some(
+      (r) => r.algorithm === 'sliding-window-counter-algo' && (r.syncRate ?? config.gateway.envoy.syncRate) >= 0,
+    )
+    const needsStrategy =
+      counterRules || [...config.policies.values()].some((p) => p.algo === 'sliding-window-counter-algo' && p.syncRate >= 0)
     const storeOptions = {
       needsStrategy,
       keyPrefix: config.keyPrefix,
@@ -96,6 +121,7 @@ export class Runtime {
           windowSize: p.windowSize,
           algorithm,
           engine: algorithm instanceof CounterAlgorithm ? algorithm.engine : undefined,
+          shadowMode: p.shadowMode || config.gateway.shadowMode,
         })
       }
     } catch (err) {
@@ -103,7 +129,15 @@ export class Runtime {
       if (!sameStore) await store.close().catch(() => undefined)
       throw err
     }
-    return new Runtime(config, store, policies, states)
+    let envoy: EnvoyAlgorithms
+    try {
+      envoy = await EnvoyAlgorithms.create(domains, config, store, hooks, sameStore ? previous?.envoy : undefined)
+    } catch (err) {
+      await Promise.allSettled(made.map((e) => e.close()))
+      if (!sameStore) await store.close().catch(() => undefined)
+      throw err
+    }
+    return new Runtime(config, store, policies, states, envoy)
   }
 
   /** Marks a request as using this runtime. */
@@ -126,6 +160,7 @@ export class Runtime {
     if (next !== undefined) for (const p of next.policies.values()) if (p.engine !== undefined) keptEngines.add(p.engine)
     const closing: Promise<unknown>[] = []
     for (const p of this.policies.values()) if (p.engine !== undefined && !keptEngines.has(p.engine)) closing.push(p.engine.close())
+    closing.push(this.envoy.close(next?.envoy))
     const results = await Promise.allSettled(closing)
     if (next?.store !== this.store) await this.store.close()
     const failed = results.find((r) => r.status === 'rejected')

@@ -8,10 +8,13 @@ import { TokenAuth } from './auth.js'
 import { type ConfigEnv, ConfigFileError, defaultConfig, type LogLevel, parseConfig, type ServiceConfig } from './config.js'
 import { type ConfigWatcher, watchConfigFile } from './config-watch.js'
 import { applyServerLimits, CONNECTIONS_CHECKING_INTERVAL_MS, guardConnections } from './connections.js'
+import { createEnvoyDecider, loadServiceDomains, watchDomains } from './gateway/envoy-service.js'
+import { type GrpcListener, startGrpcListener } from './gateway/grpc-server.js'
 import { createRequestHandler } from './http.js'
 import { createLogger } from './logger.js'
 import { ServiceMetrics } from './metrics.js'
 import { Runtime } from './runtime.js'
+import { ShadowLog } from './shadow-log.js'
 
 /** Options of {@link startService}. */
 export interface ServiceOptions {
@@ -28,6 +31,8 @@ export interface ServiceOptions {
   /** Override the config's `server.host` / `server.port` (port 0 picks a free port). */
   readonly host?: string
   readonly port?: number
+  /** Override the config's `grpc.port` (0 picks a free port); ignored without a `grpc` section. */
+  readonly grpcPort?: number
   /** Reload when the config file changes. @default true when `configPath` is given */
   readonly watch?: boolean
   /**
@@ -49,6 +54,8 @@ export interface RunningService {
   readonly host: string
   readonly port: number
   readonly server: Server
+  /** The gRPC listener's address, when the config has a `grpc` section. */
+  readonly grpc: { readonly host: string; readonly port: number } | undefined
   readonly metrics: ServiceMetrics
   readonly logger: Logger
   /** The config new requests use. */
@@ -120,8 +127,10 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
       )
     },
   }
-  current = await Runtime.create(config, hooks)
+  current = await Runtime.create(config, hooks, undefined, await loadServiceDomains(config))
   let closing = false
+  const shadowLog = new ShadowLog(logger)
+  const decideEnvoy = createEnvoyDecider(() => current as Runtime, metrics, shadowLog, options.clock ?? Date.now)
   const retiring = new Set<Promise<void>>()
 
   const server = createServer(
@@ -131,6 +140,8 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
       closing: () => closing,
       metrics,
       logger,
+      shadowLog,
+      decideEnvoy,
     }),
   )
   applyServerLimits(server, config.server)
@@ -155,6 +166,22 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     throw err
   }
   const port = (server.address() as AddressInfo).port
+  let grpc: GrpcListener | undefined
+  if (config.gateway.grpc !== undefined) {
+    try {
+      grpc = await startGrpcListener({
+        config: config.gateway.grpc,
+        decide: decideEnvoy,
+        metrics: metrics.gateway,
+        logger,
+        ...(options.grpcPort !== undefined ? { port: options.grpcPort } : {}),
+      })
+    } catch (err) {
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+      await current.retire(undefined).catch(() => undefined)
+      throw err
+    }
+  }
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`
   logger.info(
     {
@@ -168,6 +195,11 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
         window: p.windowSize,
       })),
       auth: current.auth.enabled,
+      ...(grpc !== undefined ? { grpc: `${grpc.host}:${grpc.port}` } : {}),
+      ...(config.gateway.envoy.domains !== undefined
+        ? { domains: config.gateway.envoy.domains, rules: [...current.envoy.domains.rules()].length }
+        : {}),
+      ...(config.gateway.shadowMode ? { shadowMode: true } : {}),
     },
     'ratelimiting service listening',
   )
@@ -183,11 +215,13 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     if (closing) return false
     let next: ServiceConfig
     let text: string
+    let domains: Awaited<ReturnType<typeof loadServiceDomains>>
     const previous = current as Runtime
     try {
       text = stableText ?? (await readConfigText(configPath))
       if (onlyIfChanged && hash(text) === appliedHash) return true
       next = parseConfig(text, configPath, env)
+      domains = await loadServiceDomains(next)
       // a token list that goes away would open every /v1 route to anyone: never by accident
       if (previous.auth.enabled && !new TokenAuth(next.auth).enabled)
         throw new ConfigFileError(configPath, [
@@ -205,7 +239,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     }
     let runtime: Runtime
     try {
-      runtime = await Runtime.create(next, hooks, previous)
+      runtime = await Runtime.create(next, hooks, previous, domains)
     } catch (err) {
       metrics.reload('failure')
       logger.error({ trigger, err }, 'config reload failed while opening the store; the running config stays')
@@ -217,6 +251,12 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     }
     if (next.server.host !== previous.config.server.host || next.server.port !== previous.config.server.port)
       logger.warn({ host, port }, 'server.host and server.port changes need a restart; still listening on the old address')
+    if (JSON.stringify(next.gateway.grpc) !== JSON.stringify(previous.config.gateway.grpc))
+      logger.warn(
+        { grpc: grpc === undefined ? null : `${grpc.host}:${grpc.port}` },
+        'grpc section changes need a restart; the gRPC listener stays as it was',
+      )
+    if (next.gateway.envoy.domains !== previous.config.gateway.envoy.domains) watchTheDomains(next.gateway.envoy.domains)
     current = runtime
     appliedHash = hash(text)
     logger.level = levelOf(next)
@@ -246,6 +286,15 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     return reloading
   }
 
+  let stopDomainWatch: () => void = () => undefined
+  function watchTheDomains(target: string | undefined): void {
+    stopDomainWatch()
+    stopDomainWatch = () => undefined
+    if (target === undefined || configPath === undefined || options.watch === false) return
+    stopDomainWatch = watchDomains(target, options.watchDebounceMs ?? 300, () => void reload('domain file change'), logger)
+  }
+  watchTheDomains(config.gateway.envoy.domains)
+
   let watcher: ConfigWatcher | undefined
   if (configPath !== undefined && (options.watch ?? true)) {
     try {
@@ -264,6 +313,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     closed ??= (async () => {
       closing = true
       watcher?.close()
+      stopDomainWatch()
       const shutdownTimeoutMs = (current as Runtime).config.server.shutdownTimeoutMs
       logger.info({ shutdownTimeoutMs }, 'shutting down: no new connections, finishing in-flight requests')
       const stopped = new Promise<void>((resolve) => server.close(() => resolve()))
@@ -275,7 +325,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
         server.closeAllConnections()
       }, shutdownTimeoutMs)
       force.unref()
-      await stopped
+      await Promise.all([stopped, grpc?.close(shutdownTimeoutMs)])
       clearInterval(idle)
       clearTimeout(force)
       await reloading.catch(() => undefined)
@@ -296,6 +346,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     host,
     port,
     server,
+    grpc: grpc === undefined ? undefined : { host: grpc.host, port: grpc.port },
     metrics,
     logger,
     config: () => (current as Runtime).config,

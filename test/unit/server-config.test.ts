@@ -29,6 +29,7 @@ describe('service config', () => {
       maxRequests: 100,
       windowSize: 60,
       syncRate: -1,
+      shadowMode: false,
     })
     assert.equal(c.keyPrefix, 'rlaas:rate_limit')
     assert.equal(c.onStoreError, 'error')
@@ -62,6 +63,7 @@ describe('service config', () => {
       maxRequests: 5,
       windowSize: 30,
       syncRate: 0.1,
+      shadowMode: false,
     })
     assert.deepEqual(c.policies.get('bulk'), {
       name: 'bulk',
@@ -69,6 +71,7 @@ describe('service config', () => {
       maxRequests: 10,
       windowSize: 3600,
       syncRate: 0.5,
+      shadowMode: false,
     })
   })
 
