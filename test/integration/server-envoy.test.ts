@@ -15,7 +15,7 @@ import { loadSync } from '@grpc/proto-loader'
 import { Cluster, Redis } from 'ioredis'
 import { runCli } from '../../src/server/cli-main.js'
 import { sharedClusterPorts } from '../support/redis-server.js'
-import { deleteKeys, keysUnder, root, SHARED_REDIS_URL, startTestService, type TestService, uniquePrefix } from './server-helpers.js'
+import { deleteKeys, keysUnder, root, SHARED_REDIS_URL, startTestService, type TestService, uniquePrefix, until } from './server-helpers.js'
 
 type Message = Record<string, any>
 
@@ -387,6 +387,34 @@ describe('the gateway around ShouldRateLimit', () => {
       assert.equal(b.statuses[0].limit_remaining, 5)
     } finally {
       await gw.close()
+    }
+  })
+
+  it('a change of a domain file is picked up without a signal when the service watches', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'rl-envoy-watch-'))
+    mkdirSync(path.join(dir, 'domains'))
+    const file = path.join(dir, 'domains', 'edge.yaml')
+    writeFileSync(file, EDGE)
+    const svc = await startTestService(`store: { type: memory }\ngrpc: { port: 0 }\nenvoy: { domains: ${path.join(dir, 'domains')} }\n`, {
+      grpcPort: 0,
+      watch: true,
+      watchDebounceMs: 50,
+    })
+    const client = rlsClient(svc.service.grpc?.port as number)
+    try {
+      writeFileSync(file, 'domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: { unit: day, requests_per_unit: 9 }\n')
+      await until(
+        async () => {
+          const a = await client.call({ domain: 'edge', descriptors: [entries('remote_address', 'watched')] })
+          return a.statuses[0].current_limit?.requests_per_unit === 9
+        },
+        10_000,
+        'the new rule',
+      )
+    } finally {
+      client.close()
+      await svc.close()
+      rmSync(dir, { recursive: true, force: true })
     }
   })
 
