@@ -1,16 +1,14 @@
 import { Counter, collectDefaultMetrics, Gauge, type Metric, Registry } from 'prom-client'
 import { GatewayMetrics } from './gateway/gateway-metrics.js'
+import { LatencyHistogram, type MetricValue } from './latency-histogram.js'
 import type { Policy, Runtime } from './runtime.js'
+
+export { LATENCY_BUCKETS } from './latency-histogram.js'
 
 /** How a decision ended, as the `outcome` label. */
 export type Outcome = 'allowed' | 'denied' | 'shadow_denied' | 'store_error' | 'failed_open' | 'failed_closed'
 
 const OUTCOMES: readonly Outcome[] = ['allowed', 'denied', 'shadow_denied', 'store_error', 'failed_open', 'failed_closed']
-
-/** Upper bounds (seconds) of the decision latency histogram: 10 µs to 1 s. */
-export const LATENCY_BUCKETS: readonly number[] = [
-  0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-]
 
 /**
  * The decisions and latencies of one policy and algorithm, as plain numbers: the request path
@@ -21,10 +19,7 @@ export class DecisionTally {
   readonly policy: string
   readonly algorithm: string
   readonly outcomes: Record<Outcome, number> = { allowed: 0, denied: 0, shadow_denied: 0, store_error: 0, failed_open: 0, failed_closed: 0 }
-  /** Observations per bucket (not cumulative); the last slot is above the largest bound. */
-  readonly buckets = new Float64Array(LATENCY_BUCKETS.length + 1)
-  sum = 0
-  count = 0
+  readonly latency = new LatencyHistogram()
 
   constructor(policy: string, algorithm: string) {
     this.policy = policy
@@ -34,15 +29,9 @@ export class DecisionTally {
   /** Records one decision that took `seconds`. */
   record(outcome: Outcome, seconds: number): void {
     this.outcomes[outcome]++
-    this.sum += seconds
-    this.count++
-    let i = 0
-    while (i < LATENCY_BUCKETS.length && seconds > (LATENCY_BUCKETS[i] as number)) i++
-    ;(this.buckets as Float64Array)[i] = (this.buckets[i] as number) + 1
+    this.latency.observe(seconds)
   }
 }
-
-type MetricValue = { labels: Record<string, string | number>; value: number; metricName?: string }
 
 /**
  * The service's Prometheus metrics, in a registry of its own (two services in one process do
@@ -84,19 +73,9 @@ export class ServiceMetrics {
       help: 'Time to decide one request (store round trip included), seconds.',
       type: 'histogram',
       values: () => {
-        const name = 'ratelimiting_decision_duration_seconds'
         const values: MetricValue[] = []
-        for (const t of tallies.values()) {
-          const labels = { policy: t.policy, algorithm: t.algorithm }
-          let cumulative = 0
-          LATENCY_BUCKETS.forEach((le, i) => {
-            cumulative += t.buckets[i] as number
-            values.push({ metricName: `${name}_bucket`, labels: { le, ...labels }, value: cumulative })
-          })
-          values.push({ metricName: `${name}_bucket`, labels: { le: '+Inf', ...labels }, value: t.count })
-          values.push({ metricName: `${name}_sum`, labels, value: t.sum })
-          values.push({ metricName: `${name}_count`, labels, value: t.count })
-        }
+        for (const t of tallies.values())
+          values.push(...t.latency.samples('ratelimiting_decision_duration_seconds', { policy: t.policy, algorithm: t.algorithm }))
         return values
       },
     })

@@ -11,27 +11,14 @@
  * second turning over. duration_until_reset is then exact: the reference's CalculateReset,
  * `unit - now % unit` in whole seconds.
  */
-/* eslint-disable @typescript-eslint/no-explicit-any -- the client is made from Envoy's .proto files at run time: its messages have no static types */
 import assert from 'node:assert/strict'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import * as grpc from '@grpc/grpc-js'
-import { loadSync } from '@grpc/proto-loader'
 import { createFakeClock, type FakeClock } from '../../src/core/clock.js'
-import { root, startTestService, type TestService } from './server-helpers.js'
-
-type Message = Record<string, any>
-
-const definition = loadSync(['envoy/service/ratelimit/v3/rls.proto'], {
-  includeDirs: [path.join(root, 'proto')],
-  keepCase: true,
-  enums: String,
-  longs: Number,
-  defaults: false,
-})
-const rls = (grpc.loadPackageDefinition(definition) as any).envoy.service.ratelimit.v3
+import { type Message, rlsClient } from '../support/envoy-client.js'
+import { startTestService, type TestService } from './server-helpers.js'
 
 // 2030-03-16 05:07:13.400 UTC: a whole day from the epoch plus 5 h 7 min 13.4 s, so that every
 // unit's window has a different rest: 1 s, 47 s, 3167 s and 67967 s.
@@ -318,11 +305,8 @@ async function startGateway(files: Readonly<Record<string, string>>): Promise<Ga
     rmSync(dir, { recursive: true, force: true })
     throw err
   }
-  const client = new rls.RateLimitService(`127.0.0.1:${svc.service.grpc?.port}`, grpc.credentials.createInsecure())
-  const call = (request: Message) =>
-    new Promise<Answer>((resolve, reject) =>
-      client.ShouldRateLimit(request, (err: Error | null, r: Message) => (err ? reject(err) : resolve(normalize(r)))),
-    )
+  const client = rlsClient(svc.service.grpc?.port as number)
+  const call = async (request: Message): Promise<Answer> => normalize(await client.call(request))
   return {
     svc,
     clock,

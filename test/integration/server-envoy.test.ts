@@ -14,35 +14,16 @@ import * as grpc from '@grpc/grpc-js'
 import { loadSync } from '@grpc/proto-loader'
 import { Cluster, Redis } from 'ioredis'
 import { runCli } from '../../src/server/cli-main.js'
+import { type Message, rlsClient } from '../support/envoy-client.js'
 import { sharedClusterPorts } from '../support/redis-server.js'
 import { deleteKeys, keysUnder, root, SHARED_REDIS_URL, startTestService, type TestService, uniquePrefix, until } from './server-helpers.js'
 
-type Message = Record<string, any>
-
-const definition = loadSync(['envoy/service/ratelimit/v3/rls.proto'], {
-  includeDirs: [path.join(root, 'proto')],
-  keepCase: true,
-  enums: String,
-  longs: Number,
-})
 const healthDefinition = loadSync('health/v1/health.proto', {
   includeDirs: [path.join(root, 'node_modules/grpc-health-check/proto')],
   keepCase: true,
   enums: String,
 })
-const rls = (grpc.loadPackageDefinition(definition) as any).envoy.service.ratelimit.v3
 const healthPkg = (grpc.loadPackageDefinition(healthDefinition) as any).grpc.health.v1
-
-function rlsClient(port: number) {
-  const client = new rls.RateLimitService(`127.0.0.1:${port}`, grpc.credentials.createInsecure())
-  return {
-    call: (request: Message) =>
-      new Promise<Message>((resolve, reject) =>
-        client.ShouldRateLimit(request, (err: Error | null, r: Message) => (err ? reject(err) : resolve(r))),
-      ),
-    close: () => client.close(),
-  }
-}
 
 const EDGE = `domain: edge
 descriptors:

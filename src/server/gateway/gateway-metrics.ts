@@ -1,5 +1,5 @@
 import type { Metric, Registry } from 'prom-client'
-import { LATENCY_BUCKETS } from '../metrics.js'
+import { LatencyHistogram, type MetricValue } from '../latency-histogram.js'
 
 // The metrics of Envoy's protocol, as envoyproxy/ratelimit keeps them: per domain and rule, the
 // hits in total, within the limit, near it, over it and let through by shadow mode; and the gRPC
@@ -21,17 +21,16 @@ class RuleTally {
   ) {}
 }
 
-class LatencyTally {
-  readonly buckets = new Float64Array(LATENCY_BUCKETS.length + 1)
-  sum = 0
-  count = 0
+class LatencyTally extends LatencyHistogram {
   constructor(
     readonly method: string,
     readonly code: string,
-  ) {}
+  ) {
+    super()
+  }
 }
 
-type Sample = { labels: Record<string, string | number>; value: number; metricName?: string }
+type Sample = MetricValue
 
 /** The Envoy protocol's metrics, registered in the service's registry. */
 export class GatewayMetrics {
@@ -66,19 +65,9 @@ export class GatewayMetrics {
       'histogram',
       'gRPC calls of the rate limit service, seconds, by method and gRPC status code.',
       () => {
-        const name = 'ratelimiting_grpc_request_duration_seconds'
         const out: Sample[] = []
-        for (const t of this.latencies.values()) {
-          const labels = { method: t.method, code: t.code }
-          let cumulative = 0
-          LATENCY_BUCKETS.forEach((le, i) => {
-            cumulative += t.buckets[i] as number
-            out.push({ metricName: `${name}_bucket`, labels: { le, ...labels }, value: cumulative })
-          })
-          out.push({ metricName: `${name}_bucket`, labels: { le: '+Inf', ...labels }, value: t.count })
-          out.push({ metricName: `${name}_sum`, labels, value: t.sum })
-          out.push({ metricName: `${name}_count`, labels, value: t.count })
-        }
+        for (const t of this.latencies.values())
+          out.push(...t.samples('ratelimiting_grpc_request_duration_seconds', { method: t.method, code: t.code }))
         return out
       },
     )
@@ -146,11 +135,7 @@ export class GatewayMetrics {
       t = new LatencyTally(method, code)
       this.latencies.set(id, t)
     }
-    t.sum += seconds
-    t.count++
-    let i = 0
-    while (i < LATENCY_BUCKETS.length && seconds > (LATENCY_BUCKETS[i] as number)) i++
-    ;(t.buckets as Float64Array)[i] = (t.buckets[i] as number) + 1
+    t.observe(seconds)
   }
 
   private tally(domain: string, rule: string): RuleTally {
