@@ -7,6 +7,8 @@ import { registerBuiltInStrategies } from './strategies/built-in.js'
 
 registerBuiltInStrategies()
 
+export type { AcquireErrorCode, AcquireOptions, ScheduleOptions } from './core/acquire.js'
+export { AcquireError, DEFAULT_MAX_QUEUE } from './core/acquire.js'
 export type { Clock, FakeClock } from './core/clock.js'
 export { cachedClock, createFakeClock } from './core/clock.js'
 export type { DictStats } from './core/counter-dict.js'
@@ -15,6 +17,7 @@ export { ConfigError, StoreError } from './core/errors.js'
 export type { HeaderMode, HeaderOptions } from './core/headers.js'
 export { partitionKeyParam, rateLimitHeaders } from './core/headers.js'
 export type { Decision, LimiterOptions, LimitSpec, LimitState } from './core/limiter.js'
+export type { DecisionReason } from './core/key-lists.js'
 export { Limiter } from './core/limiter.js'
 export type { NamespaceStats } from './core/namespace.js'
 export { storeErrorChannel } from './core/store-link.js'

@@ -55,7 +55,11 @@ function resetSeconds(state: LimitState, allowed: boolean): number {
  * const d = limiter.hit(ip)
  * for (const [name, value] of Object.entries(rateLimitHeaders(d, 'draft-8'))) res.setHeader(name, value)
  */
-export function rateLimitHeaders(decision: Decision, mode: HeaderMode = 'draft-8', options: HeaderOptions = {}): Record<string, string> {
+export function rateLimitHeaders(
+  decision: Omit<Decision, 'reason'>,
+  mode: HeaderMode = 'draft-8',
+  options: HeaderOptions = {},
+): Record<string, string> {
   const states = decision.policies ?? [decision]
   const headers: Record<string, string> = {}
   const limit = (s: LimitState) => Math.floor(s.limit)

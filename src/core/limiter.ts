@@ -1,6 +1,8 @@
+import { type AcquireOptions, checkMaxQueue, keyQueuesOf, type ScheduleOptions } from './acquire.js'
 import type { Clock } from './clock.js'
 import type { WindowTable } from './counter-table.js'
 import { ConfigError, type StoreError, usageRangeError } from './errors.js'
+import { type DecisionReason, KeyLists, listedDecision } from './key-lists.js'
 import type { Namespace } from './namespace.js'
 import type { CounterRow } from './strategy.js'
 import { retryAfterMs as computeRetryAfterMs } from './window.js'
@@ -23,6 +25,15 @@ export interface LimiterOptions {
   readonly limits: readonly LimitSpec[]
   /** Whether a denied hit still counts (Kong's penalty). @default true */
   readonly countDenied?: boolean
+  /** `acquire()`/`schedule()` calls that may wait on one key in this process (then `QUEUE_FULL`). @default 10000 */
+  readonly maxQueue?: number
+  /**
+   * Keys always denied (`reason: 'denylist'`, nothing counted, no store call): exact keys, IP
+   * addresses and CIDR ranges (`10.0.0.0/8`, `2001:db8::/32`). Wins over `allowList`. @default []
+   */
+  readonly denyList?: readonly string[]
+  /** Keys never limited nor counted (`reason: 'allowlist'`, no store call), in the form of `denyList`. @default [] */
+  readonly allowList?: readonly string[]
 }
 
 /** What one of a limiter's windows holds for a key (this process's view: its hits and the others' as last synced). */
@@ -66,6 +77,12 @@ export interface Decision extends LimitState {
   readonly policies?: readonly LimitState[]
   /** Set when the store failed and `onStoreError` decided the outcome. */
   readonly storeError?: StoreError
+  /**
+   * What decided: `'limit'` (the limits, allowed or not), `'denylist'` / `'allowlist'` (a list;
+   * nothing was counted), `'store-error'` (the store failed and `onStoreError` decided);
+   * `'blocked'` is reserved for blocking.
+   */
+  readonly reason: DecisionReason
 }
 
 interface Limit {
@@ -88,12 +105,16 @@ export class Limiter {
   /** @internal the namespace whose counters the limiter uses */
   readonly namespace: Namespace
   readonly countDenied: boolean
+  /** Option `maxQueue`. */
+  readonly maxQueue: number
   /** The namespace's clock (epoch ms): the time the limiter decides at. */
   readonly clock: Clock
   private readonly limits: readonly Limit[]
   private readonly tables: readonly WindowTable[]
   private readonly rates: Float64Array
   private readonly before: Float64Array
+  // undefined when no list is set: the hot path then pays one field test
+  private readonly lists: KeyLists | undefined
 
   constructor(namespace: Namespace, options: LimiterOptions) {
     if (typeof options !== 'object' || options === null) throw new ConfigError('INVALID_OPTION', 'limiter options must be an object')
@@ -125,9 +146,11 @@ export class Limiter {
     this.namespace = namespace
     this.clock = namespace.clock
     this.countDenied = countDenied
+    this.maxQueue = checkMaxQueue(options.maxQueue)
     this.tables = this.limits.map((l) => l.table)
     this.rates = new Float64Array(this.limits.length)
     this.before = new Float64Array(this.limits.length)
+    this.lists = KeyLists.compile(options.denyList, options.allowList)
   }
 
   /** Decides a hit of `cost` for `key` and counts it (if allowed, or always with `countDenied`). */
@@ -136,6 +159,10 @@ export class Limiter {
     ns.check(key, cost)
     if (cost < 0) throw usageRangeError('INVALID_VALUE', `cost must be >= 0, got ${cost}`)
     const nowMs = ns.clock()
+    if (this.lists !== undefined) {
+      const verdict = this.lists.match(key)
+      if (verdict !== undefined) return listedDecision(verdict, this.limits, nowMs, this.namespace.mode === 'synchronous')
+    }
     if (ns.mode === 'synchronous') return this.hitRemote(key, cost, nowMs)
     if (this.limits.length === 1) {
       const l = this.limits[0] as Limit
@@ -167,7 +194,7 @@ export class Limiter {
    */
   allow(key: string, cost = 1): boolean | Promise<boolean> {
     const ns = this.namespace
-    if (ns.mode !== 'synchronous' && this.limits.length === 1) {
+    if (ns.mode !== 'synchronous' && this.limits.length === 1 && this.lists === undefined) {
       ns.check(key, cost)
       if (cost < 0) throw usageRangeError('INVALID_VALUE', `cost must be >= 0, got ${cost}`)
       const l = this.limits[0] as Limit
@@ -197,8 +224,39 @@ export class Limiter {
     const ns = this.namespace
     ns.check(key, 1)
     const nowMs = ns.clock()
+    if (this.lists !== undefined) {
+      const verdict = this.lists.match(key)
+      if (verdict !== undefined) return listedDecision(verdict, this.limits, nowMs, this.namespace.mode === 'synchronous')
+    }
     if (ns.mode === 'synchronous') return this.peekRemote(key, 1, nowMs)
     return this.peekLocal(key, 1, nowMs, undefined, undefined)
+  }
+
+  /**
+   * Waits until a hit of `cost` for `key` is admitted, counts it, and resolves with its Decision:
+   * FIFO per key, one timer per key, a denied try never counted. Rejects with an `AcquireError`
+   * (`ACQUIRE_ABORTED`, `ACQUIRE_TIMEOUT`, `QUEUE_FULL`, `NEVER_ALLOWED`, `ACQUIRE_CLOSED`),
+   * nothing counted. See docs/QUEUEING.md.
+   *
+   * @example
+   * await limiter.acquire('github-api')          // then call the API
+   * await limiter.acquire('github-api', 5, { maxWaitMs: 10_000, signal: AbortSignal.timeout(30_000) })
+   */
+  acquire(key: string, cost = 1, options?: AcquireOptions): Promise<Decision> {
+    return keyQueuesOf(this, this.limits).acquire(key, cost, options)
+  }
+
+  /**
+   * Runs `fn` once a hit for `key` is admitted ({@link acquire}) and returns its result. If `fn`
+   * throws or rejects, so does `schedule`, and the hit stays counted: it was admitted and used.
+   *
+   * @example
+   * const user = await limiter.schedule('github-api', () => fetch('https://api.github.com/users/octocat'))
+   */
+  async schedule<T>(key: string, fn: () => T | PromiseLike<T>, options?: ScheduleOptions): Promise<T> {
+    if (typeof fn !== 'function') throw new TypeError(`schedule needs a function to run, got ${typeof fn}`)
+    await this.acquire(key, options?.cost ?? 1, options)
+    return await fn()
   }
 
   /** Resets `key` in every window of the namespace (fleet-wide when the namespace syncs). */
@@ -308,7 +366,7 @@ export class Limiter {
       if (better) decider = i
     }
     const d = states[decider] as LimitState
-    const decision: Decision = { allowed, ...d }
+    const decision: Decision = { allowed, ...d, reason: storeError !== undefined ? 'store-error' : 'limit' }
     return {
       ...decision,
       ...(states.length > 1 ? { policies: states } : {}),
@@ -328,6 +386,7 @@ export class Limiter {
       rate,
       resetMs: l.table.msToWindowEnd(nowMs),
       retryAfterMs,
+      reason: 'limit',
     }
   }
 

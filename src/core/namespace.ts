@@ -51,6 +51,8 @@ export class Namespace {
   private readonly link: StoreLink | undefined
   private readonly loop: SyncLoop | undefined
   private closed = false
+  // made on the first watchClose(): pending acquires (acquire.ts) reject when the namespace closes
+  private closeWatchers: Set<() => void> | undefined
 
   constructor(options: ResolvedNamespaceOptions, dict: CounterDict, resolveStrategy: StrategyResolver) {
     this.options = options
@@ -187,10 +189,21 @@ export class Namespace {
     }
   }
 
+  /** Calls `watcher` when the namespace closes, before the final flush (pending acquires reject then). */
+  watchClose(watcher: () => void): void {
+    ;(this.closeWatchers ??= new Set()).add(watcher)
+  }
+
+  /** Undoes {@link watchClose}. */
+  unwatchClose(watcher: () => void): void {
+    this.closeWatchers?.delete(watcher)
+  }
+
   /** Stops the timers, flushes unsynced hits and closes a strategy it created itself. */
   async close(): Promise<void> {
     if (this.closed) return
     this.closed = true
+    if (this.closeWatchers !== undefined) for (const watcher of [...this.closeWatchers]) watcher()
     if (this.loop === undefined || this.link === undefined) return
     let flushError: unknown
     try {

@@ -17,6 +17,9 @@ const policyProperties = {
   'window-size': { type: 'integer', minimum: 1, maximum: 31_536_000 },
   'sync-rate': { type: 'number', maximum: 86_400 },
   'shadow-mode': { type: 'boolean' },
+  // exact keys, IP addresses and CIDR ranges (config-lists.ts checks each); [] clears an inherited list
+  'deny-list': { type: 'array', items: { type: 'string', minLength: 1 } },
+  'allow-list': { type: 'array', items: { type: 'string', minLength: 1 } },
 } as const
 
 const stringList = {

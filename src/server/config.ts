@@ -6,6 +6,7 @@ import { ConfigFileError, type ConfigIssue, describe, issueOf, locate } from './
 import { ALGORITHMS, CONFIG_SCHEMA, type FAIL_POLICIES, type LOG_LEVELS, type STORE_TYPES } from './config-schema.js'
 import { applyEnv, type ConfigEnv, type Raw, section } from './config-env.js'
 import { type GatewayConfig, gatewayOf } from './config-gateway.js'
+import { listIssues, policyListsOf } from './config-lists.js'
 import { urlProblems } from './config-urls.js'
 
 export { type ConfigEnv } from './config-env.js'
@@ -41,6 +42,10 @@ export interface PolicyConfig {
   readonly syncRate: number
   /** Decided and counted as usual, but every answer allows (the denial shows in a metric and a field). */
   readonly shadowMode: boolean
+  /** Keys, IP addresses and CIDR ranges always denied, uncounted (`deny-list`; inherited from `rate-limiter`). */
+  readonly denyList: readonly string[]
+  /** Keys, IP addresses and CIDR ranges never limited nor counted (`allow-list`; inherited from `rate-limiter`). */
+  readonly allowList: readonly string[]
 }
 
 /** The `store` section. */
@@ -142,6 +147,7 @@ function policyOf(name: string, raw: Raw, base: Omit<PolicyConfig, 'name'>): Pol
     windowSize: (raw['window-size'] as number | undefined) ?? base.windowSize,
     syncRate: (raw['sync-rate'] as number | undefined) ?? base.syncRate,
     shadowMode: (raw['shadow-mode'] as boolean | undefined) ?? base.shadowMode,
+    ...policyListsOf(raw, base),
   }
 }
 
@@ -161,6 +167,8 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
     windowSize: 60,
     syncRate: defaultSyncRate,
     shadowMode: false,
+    denyList: [],
+    allowList: [],
   })
   const policies = new Map<string, PolicyConfig>([['default', base]])
   for (const [name, value] of Object.entries(section(raw, 'policies'))) {
@@ -220,6 +228,7 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
   if (store['batch-across-slots'] === true && store.nodes !== undefined)
     issues.push({ path: ['store', 'batch-across-slots'], message: 'is for one Redis server (url); a cluster needs one call per slot' })
   issues.push(...urlProblems(storeType, store))
+  listIssues(raw, issues)
   const gateway = gatewayOf(raw, source, storeType, defaultSyncRate, issues)
   const requestTimeoutMs = (server['request-timeout-ms'] as number | undefined) ?? 10_000
   const headersTimeoutMs = (server['headers-timeout-ms'] as number | undefined) ?? Math.min(5_000, requestTimeoutMs)

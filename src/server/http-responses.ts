@@ -1,6 +1,7 @@
 import type { ServerResponse } from 'node:http'
 import type { AlgorithmResult } from '../algorithms/types.js'
 import { rateLimitHeaders } from '../core/headers.js'
+import type { DecisionReason, ListVerdict } from '../core/key-lists.js'
 import type { Decision } from '../core/limiter.js'
 import type { Policy, Runtime } from './runtime.js'
 
@@ -29,24 +30,35 @@ export function sendError(res: ServerResponse, status: number, error: string, me
   send(res, status, JSON.stringify({ error, message }), headers)
 }
 
-/** The JSON body of a decision. */
-export function resultBody(r: AlgorithmResult): string {
+/** The JSON body of a decision, with what decided it (`reason`). */
+export function resultBody(r: AlgorithmResult, reason: DecisionReason): string {
   return JSON.stringify({
     allowed: r.allowed,
     count: r.count,
     limit: r.limit,
     remaining: r.remaining,
     resetMs: r.resetMs,
-    // JSON has no Infinity: null means the request can never be admitted (cost > limit)
+    // JSON has no Infinity: null means the request can never be admitted (cost > limit, deny-listed)
     retryAfterMs: Number.isFinite(r.retryAfterMs) ? r.retryAfterMs : null,
+    reason,
   })
+}
+
+/**
+ * The answer to a key a policy's deny or allow list decides, made without the algorithm (nothing
+ * read, nothing counted): count 0; denied with remaining 0 and retryAfterMs Infinity (null in
+ * JSON: no wait admits it while listed), or allowed with the whole limit remaining.
+ */
+export function listedResult(limit: number, verdict: NonNullable<ListVerdict>): AlgorithmResult {
+  const allowed = verdict === 'allowlist'
+  return { allowed, count: 0, limit, remaining: allowed ? limit : 0, resetMs: 0, retryAfterMs: allowed ? 0 : Number.POSITIVE_INFINITY }
 }
 
 /** The name of the header that marks an answer a policy in shadow mode would have denied. */
 export const SHADOW_HEADER = 'x-ratelimit-shadow'
 
 /** The JSON body of a shadow denial: allowed, with `shadowDenied: true` and what the denial would have said. */
-export function shadowBody(r: AlgorithmResult): string {
+export function shadowBody(r: AlgorithmResult, reason: DecisionReason): string {
   return JSON.stringify({
     allowed: true,
     shadowDenied: true,
@@ -55,6 +67,7 @@ export function shadowBody(r: AlgorithmResult): string {
     remaining: r.remaining,
     resetMs: r.resetMs,
     retryAfterMs: Number.isFinite(r.retryAfterMs) ? r.retryAfterMs : null,
+    reason,
   })
 }
 
@@ -110,6 +123,7 @@ class HeaderCache {
       rate: r.count,
       resetMs: r.resetMs,
       retryAfterMs: r.retryAfterMs,
+      reason: 'limit',
     }
     return Object.entries(rateLimitHeaders(decision, this.mode)).flat()
   }

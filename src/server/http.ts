@@ -3,10 +3,12 @@ import { performance } from 'node:perf_hooks'
 import type { Logger } from 'pino'
 import type { AlgorithmResult } from '../algorithms/types.js'
 import { StoreError } from '../core/errors.js'
+import type { ListVerdict } from '../core/key-lists.js'
 import type { Grant } from './auth.js'
 import { readJsonBody, userIdProblem } from './http-input.js'
 import { FORWARD_AUTH_PATH, forwardAuth, type ForwardAuthGate } from './forward-auth.js'
 import {
+  listedResult,
   rateLimitHeaderList,
   resultBody,
   send,
@@ -125,6 +127,7 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
       remaining: allowed ? limit : 0,
       resetMs: 0,
       retryAfterMs: allowed ? 0 : 1000,
+      reason: 'store-error',
       degraded: true,
     })
     send(res, allowed ? 200 : deniedStatus, body, allowed ? {} : { 'retry-after': '1' })
@@ -144,18 +147,28 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
     if (!req.socket.writable) return
     runtime.enter()
     const started = performance.now()
-    const done = (r: AlgorithmResult) => {
+    // verdict: a deny or allow list decided, the algorithm was not asked
+    const done = (r: AlgorithmResult, verdict?: ListVerdict) => {
       runtime.leave()
       const seconds = (performance.now() - started) / 1000
+      const reason = verdict ?? 'limit'
       if (!r.allowed && policy.shadowMode) {
         // counted as usual, answered as allowed: the denial shows in the body, a header, the metrics and the log
         metrics.tally(policy).record('shadow_denied', seconds)
         shadowLog.denied(`policy ${policy.name}`, { policy: policy.name, userId })
-        sendDecision(res, 200, shadowBody(r), shadowHeaders(rateLimitHeaderList(policy, r, runtime)))
+        sendDecision(res, 200, shadowBody(r, reason), shadowHeaders(rateLimitHeaderList(policy, r, runtime)))
         return
       }
-      metrics.tally(policy).record(r.allowed ? 'allowed' : 'denied', seconds)
-      sendDecision(res, r.allowed ? 200 : deniedStatus, resultBody(r), rateLimitHeaderList(policy, r, runtime))
+      metrics.tally(policy).record(verdict ?? (r.allowed ? 'allowed' : 'denied'), seconds)
+      sendDecision(res, r.allowed ? 200 : deniedStatus, resultBody(r, reason), rateLimitHeaderList(policy, r, runtime))
+    }
+    if (policy.lists !== undefined) {
+      // before the algorithm, so the lists work for every use-algo and a listed key costs no store call
+      const verdict = policy.lists.match(userId)
+      if (verdict !== undefined) {
+        done(listedResult(policy.limit, verdict), verdict)
+        return
+      }
     }
     const fail = (err: unknown) => {
       runtime.leave()
@@ -284,7 +297,13 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
           const list = rateLimitHeaderList(policy, r, runtime)
           // a read is always answered: Retry-After belongs to a 429
           const at = list.indexOf('Retry-After')
-          sendDecision(res, 200, resultBody(r), at < 0 ? list : [...list.slice(0, at), ...list.slice(at + 2)])
+          sendDecision(res, 200, resultBody(r, verdict ?? 'limit'), at < 0 ? list : [...list.slice(0, at), ...list.slice(at + 2)])
+        }
+        // a listed key reads as a check would answer it (the lists decide, nothing is counted)
+        const verdict = policy.lists?.match(userId)
+        if (verdict !== undefined) {
+          answer(listedResult(policy.limit, verdict))
+          return
         }
         const r = policy.algorithm.peek(userId)
         if (r instanceof Promise) r.then(answer, fail)

@@ -6,9 +6,18 @@ import type { Policy, Runtime } from './runtime.js'
 export { LATENCY_BUCKETS } from './latency-histogram.js'
 
 /** How a decision ended, as the `outcome` label. */
-export type Outcome = 'allowed' | 'denied' | 'shadow_denied' | 'store_error' | 'failed_open' | 'failed_closed'
+export type Outcome = 'allowed' | 'denied' | 'shadow_denied' | 'store_error' | 'failed_open' | 'failed_closed' | 'denylist' | 'allowlist'
 
-const OUTCOMES: readonly Outcome[] = ['allowed', 'denied', 'shadow_denied', 'store_error', 'failed_open', 'failed_closed']
+const OUTCOMES: readonly Outcome[] = [
+  'allowed',
+  'denied',
+  'shadow_denied',
+  'store_error',
+  'failed_open',
+  'failed_closed',
+  'denylist',
+  'allowlist',
+]
 
 /**
  * The decisions and latencies of one policy and algorithm, as plain numbers: the request path
@@ -18,7 +27,16 @@ const OUTCOMES: readonly Outcome[] = ['allowed', 'denied', 'shadow_denied', 'sto
 export class DecisionTally {
   readonly policy: string
   readonly algorithm: string
-  readonly outcomes: Record<Outcome, number> = { allowed: 0, denied: 0, shadow_denied: 0, store_error: 0, failed_open: 0, failed_closed: 0 }
+  readonly outcomes: Record<Outcome, number> = {
+    allowed: 0,
+    denied: 0,
+    shadow_denied: 0,
+    store_error: 0,
+    failed_open: 0,
+    failed_closed: 0,
+    denylist: 0,
+    allowlist: 0,
+  }
   readonly latency = new LatencyHistogram()
 
   constructor(policy: string, algorithm: string) {
@@ -55,7 +73,7 @@ export class ServiceMetrics {
     const tallies = this.tallies
     this.custom({
       name: 'ratelimiting_decisions_total',
-      help: 'Rate-limit decisions by policy, algorithm and outcome (allowed, denied, shadow_denied, store_error, failed_open, failed_closed).',
+      help: 'Rate-limit decisions by policy, algorithm and outcome (allowed, denied, shadow_denied, store_error, failed_open, failed_closed, denylist, allowlist).',
       type: 'counter',
       values: () => {
         const values: MetricValue[] = []

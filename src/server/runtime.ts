@@ -5,6 +5,7 @@ import { RedisSlidingLog } from '../algorithms/sliding-log-redis.js'
 import type { RateLimitAlgorithm } from '../algorithms/types.js'
 import type { Clock } from '../core/clock.js'
 import type { HeaderMode } from '../core/headers.js'
+import { KeyLists } from '../core/key-lists.js'
 import { TokenAuth } from './auth.js'
 import type { AlgorithmName, PolicyConfig, ServiceConfig } from './config.js'
 import { CounterAlgorithm, CounterEngine } from './counter-algorithm.js'
@@ -24,6 +25,8 @@ export interface Policy {
   readonly engine: CounterEngine | undefined
   /** Decided and counted as usual, but answered as allowed (the policy's or the global `shadow-mode`). */
   readonly shadowMode: boolean
+  /** The policy's deny and allow lists, checked before the algorithm; undefined when it has none. */
+  readonly lists: KeyLists | undefined
 }
 
 /** Hooks a runtime reports through, and what it runs on. */
@@ -122,6 +125,7 @@ export class Runtime {
           algorithm,
           engine: algorithm instanceof CounterAlgorithm ? algorithm.engine : undefined,
           shadowMode: p.shadowMode || config.gateway.shadowMode,
+          lists: KeyLists.compile(p.denyList, p.allowList, { deny: `${p.name}.deny-list`, allow: `${p.name}.allow-list` }),
         })
       }
     } catch (err) {

@@ -70,6 +70,14 @@ describe('examples', () => {
     assert.equal((await call('GET', '/api/health')).status, 200)
   })
 
+  it('acquire: 3 workers throttle their calls to an API through Redis, none refused, 10 per second at most', async () => {
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', 'examples/acquire.ts'], { timeout: 30_000 })
+    const [calls, api, took] = stdout.trim().split('\n')
+    assert.equal(calls, 'calls: 24 of 24 succeeded, none refused')
+    assert.equal(api, 'api: at most 10 calls let through in one clock second (limit 10)')
+    assert.equal(took, 'took: more than one second (the rest waited their turn)')
+  })
+
   it('simple: runs to completion and prints what the limiter decided', async () => {
     const { stdout } = await run(process.execPath, ['--import', 'tsx', 'examples/simple.ts'], { timeout: 30_000 })
     const lines = stdout.trim().split('\n')
@@ -87,6 +95,22 @@ describe('examples', () => {
     ])
     assert.equal(stats.Allow, false)
     assert.equal(lines[2], 'shared: 5 of 20 concurrent calls allowed')
+  })
+
+  it('lists: deny and allow lists decide before the limit, deny wins, nothing listed is counted', async () => {
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', 'examples/lists.ts'], { timeout: 30_000 })
+    assert.deepEqual(stdout.trim().split('\n'), [
+      'user-1: allowed reason=limit remaining=1 retryAfterMs=0',
+      'user-1: allowed reason=limit remaining=0 retryAfterMs=0',
+      'user-1: denied reason=limit remaining=0 retryAfterMs=100000',
+      '203.0.113.5: denied reason=denylist remaining=0 retryAfterMs=Infinity',
+      '::ffff:203.0.113.9: denied reason=denylist remaining=0 retryAfterMs=Infinity',
+      'scraper-key: denied reason=denylist remaining=0 retryAfterMs=Infinity',
+      '2001:db8::42: allowed reason=allowlist remaining=2 retryAfterMs=0',
+      '2001:db8::42: allowed reason=allowlist remaining=2 retryAfterMs=0',
+      '2001:db8::42: allowed reason=allowlist remaining=2 retryAfterMs=0',
+      '2001:db8::42 counted: 0',
+    ])
   })
 
   it('mysql-store: two processes share one limit through MariaDB, periodic and synchronous', async () => {

@@ -48,7 +48,7 @@ describe('forward-auth route (memory store)', { timeout: 60_000 }, () => {
     assert.equal(get.headers.get('ratelimit'), '"default";r=1;t=60')
     assert.equal(get.headers.get('ratelimit-policy'), '"default";q=2;w=60')
     assert.equal(get.headers.get('retry-after'), null)
-    assert.deepEqual(get.body, { allowed: true, count: 1, limit: 2, remaining: 1, resetMs: 60000, retryAfterMs: 0 })
+    assert.deepEqual(get.body, { allowed: true, count: 1, limit: 2, remaining: 1, resetMs: 60000, retryAfterMs: 0, reason: 'limit' })
     // nginx, Traefik and Caddy send GET, but a gateway may forward the client's method; a body is never read
     const post = await call(`${base}/v1/forward-auth`, { method: 'POST', headers: { 'x-real-ip': '192.0.2.1' }, body: 'ignored' })
     assert.equal(post.status, 200)

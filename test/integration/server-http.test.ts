@@ -60,6 +60,7 @@ describe('service HTTP API (memory store)', { timeout: 60_000 }, () => {
       remaining: 2,
       resetMs: 60_000,
       retryAfterMs: 0,
+      reason: 'limit',
     })
     assert.equal(a.headers.get('ratelimit-policy'), '"default";q=3;w=60')
     assert.equal(a.headers.get('ratelimit'), '"default";r=2;t=60')

@@ -41,6 +41,7 @@ describe('limiter decisions', () => {
       rate: 3,
       resetMs: 45_000,
       retryAfterMs: 0,
+      reason: 'limit',
     })
   })
 

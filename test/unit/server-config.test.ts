@@ -30,6 +30,8 @@ describe('service config', () => {
       windowSize: 60,
       syncRate: -1,
       shadowMode: false,
+      denyList: [],
+      allowList: [],
     })
     assert.equal(c.keyPrefix, 'rlaas:rate_limit')
     assert.equal(c.onStoreError, 'error')
@@ -64,6 +66,8 @@ describe('service config', () => {
       windowSize: 30,
       syncRate: 0.1,
       shadowMode: false,
+      denyList: [],
+      allowList: [],
     })
     assert.deepEqual(c.policies.get('bulk'), {
       name: 'bulk',
@@ -72,6 +76,8 @@ describe('service config', () => {
       windowSize: 3600,
       syncRate: 0.5,
       shadowMode: false,
+      denyList: [],
+      allowList: [],
     })
   })
 
