@@ -43,7 +43,11 @@ interface Project {
 }
 
 const projects: readonly Project[] = [
-  { dir: 'esm-js', title: 'ESM JavaScript: import, express-rate-limit, a store by name, the CLI, the Envoy gRPC listener', onOldestNode: ['index.js', 'cli.js'] },
+  {
+    dir: 'esm-js',
+    title: 'ESM JavaScript: import, express-rate-limit, a store by name, the CLI, the Envoy gRPC listener',
+    onOldestNode: ['index.js', 'cli.js'],
+  },
   {
     dir: 'cjs-js',
     title: 'CommonJS JavaScript: require, express-rate-limit, the service on memcached',
