@@ -119,7 +119,15 @@ describe('the built package', () => {
         body: JSON.stringify({ userId: 'u1' }),
       })
       assert.equal(res.status, 200)
-      assert.deepEqual(await res.json(), { allowed: true, count: 1, limit: 100, remaining: 99, resetMs: 60_000, retryAfterMs: 0 })
+      assert.deepEqual(await res.json(), {
+        allowed: true,
+        count: 1,
+        limit: 100,
+        remaining: 99,
+        resetMs: 60_000,
+        retryAfterMs: 0,
+        reason: 'limit',
+      })
     } finally {
       child.kill('SIGTERM')
       await once(child, 'exit')
