@@ -1,6 +1,6 @@
 import { BlockList, isIP } from 'node:net'
 import { ConfigError } from './errors.js'
-import type { Decision, LimitState } from './limiter.js'
+import type { Decision, LimitState } from './limiter-types.js'
 
 /** Why a decision came out as it did. */
 export type DecisionReason = 'limit' | 'blocked' | 'denylist' | 'allowlist' | 'store-error'

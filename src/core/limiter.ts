@@ -2,88 +2,13 @@ import { type AcquireOptions, checkMaxQueue, keyQueuesOf, type ScheduleOptions }
 import type { Clock } from './clock.js'
 import type { WindowTable } from './counter-table.js'
 import { ConfigError, type StoreError, usageRangeError } from './errors.js'
-import { type DecisionReason, KeyLists, listedDecision } from './key-lists.js'
+import type { Decision, LimiterOptions, LimitSpec, LimitState, WindowCounts } from './limiter-types.js'
+import { KeyLists, listedDecision } from './key-lists.js'
 import type { Namespace } from './namespace.js'
 import type { CounterRow } from './strategy.js'
 import { retryAfterMs as computeRetryAfterMs } from './window.js'
 
-/** One limit: at most `limit` hits per sliding `window` seconds. */
-export interface LimitSpec {
-  /** Hits allowed per window (a positive number). */
-  readonly limit: number
-  /** Window size in seconds (fractions down to 0.001); must be one of the namespace's `windowSizes`. */
-  readonly window: number
-  /** Policy name in headers. @default `${limit}-in-${window}s` */
-  readonly name?: string
-}
-
-/** Options of `rl.limiter()`. */
-export interface LimiterOptions {
-  /** The namespace whose counters the limiter uses. @default "default" */
-  readonly namespace?: string
-  /** Checked together; the most restrictive decides. */
-  readonly limits: readonly LimitSpec[]
-  /** Whether a denied hit still counts (Kong's penalty). @default true */
-  readonly countDenied?: boolean
-  /** `acquire()`/`schedule()` calls that may wait on one key in this process (then `QUEUE_FULL`). @default 10000 */
-  readonly maxQueue?: number
-  /**
-   * Keys always denied (`reason: 'denylist'`, nothing counted, no store call): exact keys, IP
-   * addresses and CIDR ranges (`10.0.0.0/8`, `2001:db8::/32`). Wins over `allowList`. @default []
-   */
-  readonly denyList?: readonly string[]
-  /** Keys never limited nor counted (`reason: 'allowlist'`, no store call), in the form of `denyList`. @default [] */
-  readonly allowList?: readonly string[]
-}
-
-/** What one of a limiter's windows holds for a key (this process's view: its hits and the others' as last synced). */
-export interface WindowCounts {
-  /** The limit's name. */
-  readonly name: string
-  /** Window size, seconds. */
-  readonly window: number
-  /** Hits in the current window. */
-  readonly current: number
-  /** Hits in the previous window (it weighs on the rate as it slides out). */
-  readonly previous: number
-  /** Ms until the current window ends. */
-  readonly resetMs: number
-}
-
-/** The state of one limit after a decision. */
-export interface LimitState {
-  readonly name: string
-  readonly limit: number
-  /** Window size, seconds. */
-  readonly window: number
-  /** Whole hits left: `floor(max(0, limit - rate))`. */
-  readonly remaining: number
-  /** Sliding rate after the hit (before it, when it was not counted). */
-  readonly rate: number
-  /** Ms until the current window of this limit ends. */
-  readonly resetMs: number
-  /** Ms until a hit of the same cost would be allowed by this limit; 0 when it is now. */
-  readonly retryAfterMs: number
-}
-
-/**
- * The answer to one hit. Being denied is a normal answer, not an error. The fields describe the
- * limit that decided: the denying limit with the longest wait, or when allowed the limit with
- * the fewest hits left (the larger window on a tie).
- */
-export interface Decision extends LimitState {
-  readonly allowed: boolean
-  /** Every limit's state, when the limiter has more than one. */
-  readonly policies?: readonly LimitState[]
-  /** Set when the store failed and `onStoreError` decided the outcome. */
-  readonly storeError?: StoreError
-  /**
-   * What decided: `'limit'` (the limits, allowed or not), `'denylist'` / `'allowlist'` (a list;
-   * nothing was counted), `'store-error'` (the store failed and `onStoreError` decided);
-   * `'blocked'` is reserved for blocking.
-   */
-  readonly reason: DecisionReason
-}
+export type { Decision, LimiterOptions, LimitSpec, LimitState, WindowCounts } from './limiter-types.js'
 
 interface Limit {
   readonly name: string

@@ -14,15 +14,14 @@ import {
   send,
   sendDecision,
   sendError,
-  SHADOW_HEADER,
   shadowBody,
   shadowHeaders,
 } from './http-responses.js'
 import type { ServiceMetrics } from './metrics.js'
 import type { Policy, Runtime } from './runtime.js'
 import type { ShadowLog } from './shadow-log.js'
-import { type EnvoyRequest, EnvoyRequestError, type EnvoyResponse } from './gateway/envoy-decide.js'
-import { requestFromJson, responseToJson } from './gateway/json-api.js'
+import type { EnvoyRequest, EnvoyResponse } from './gateway/envoy-decide.js'
+import { answerEnvoyJson } from './gateway/json-api.js'
 
 /** Largest `cost` one request may ask for. */
 export const MAX_COST = 1_000_000
@@ -216,43 +215,6 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
     )
   }
 
-  /** POST /json: Envoy's ShouldRateLimit in the proto3 JSON mapping (200 OK, 429 OVER_LIMIT). */
-  function envoyJson(req: IncomingMessage, res: ServerResponse): void {
-    const runtime = ctx.runtime()
-    if (runtime.auth.enabled && unauthorized(res, runtime.auth.grant(req.headers.authorization), false)) return
-    const example =
-      'the body must be JSON such as {"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]}'
-    readJsonBody(req, res, runtime.config.server.maxBodyBytes, example, (input) => {
-      let request: EnvoyRequest
-      try {
-        request = requestFromJson(input)
-      } catch (err) {
-        sendError(res, 400, 'invalid_request', (err as Error).message)
-        return
-      }
-      if (!req.socket.writable) return
-      ctx.decideEnvoy(request).then(
-        (r) => {
-          const headers: Record<string, string> = {}
-          if (r.shadowDenied) headers[SHADOW_HEADER] = 'denied'
-          send(res, r.overallCode === 'OVER_LIMIT' ? 429 : 200, JSON.stringify(responseToJson(r)), headers)
-        },
-        (err: unknown) => {
-          if (err instanceof EnvoyRequestError) sendError(res, 400, 'invalid_request', err.message)
-          else if (err instanceof StoreError) {
-            metrics.storeError(runtime.store.type, 'decide')
-            sendError(res, 503, 'store_unavailable', `the ${runtime.store.type} store did not answer: ${err.message}`, {
-              'retry-after': '1',
-            })
-          } else {
-            logger.error({ err }, 'POST /json failed')
-            sendError(res, 500, 'internal_error', 'the decision failed; see the service log')
-          }
-        },
-      )
-    })
-  }
-
   function user(req: IncomingMessage, res: ServerResponse, rest: string, query: string): void {
     const method = req.method
     if (method !== 'GET' && method !== 'DELETE') {
@@ -389,8 +351,11 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
         if (req.method === 'POST') check(req, res)
         else sendError(res, 405, 'method_not_allowed', `${req.method} is not allowed here; use POST`, { allow: 'POST' })
       } else if (path === '/json') {
-        if (req.method === 'POST') envoyJson(req, res)
-        else sendError(res, 405, 'method_not_allowed', `${req.method} is not allowed here; use POST`, { allow: 'POST' })
+        if (req.method === 'POST') {
+          const runtime = ctx.runtime()
+          if (!runtime.auth.enabled || !unauthorized(res, runtime.auth.grant(req.headers.authorization), false))
+            answerEnvoyJson(req, res, runtime, ctx)
+        } else sendError(res, 405, 'method_not_allowed', `${req.method} is not allowed here; use POST`, { allow: 'POST' })
       } else if (path.startsWith('/v1/users/')) {
         user(req, res, path.slice('/v1/users/'.length), q < 0 ? '' : url.slice(q + 1))
       } else if (path.startsWith(FORWARD_AUTH_PATH)) {

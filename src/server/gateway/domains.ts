@@ -2,7 +2,8 @@ import { readdir, readFile, stat } from 'node:fs/promises'
 import path from 'node:path'
 import { ConfigFileError } from '../config-issues.js'
 import { addChild, createNode, type DescriptorNode, matchTree } from './domains-match.js'
-import { type RawDescriptor, type RawRateLimit, readDomainFile, report } from './domains-read.js'
+import { type RawDescriptor, type RawRateLimit, readDomainFile } from './domains-read.js'
+import { report } from './domains-yaml.js'
 
 export { applyReplaces } from './domains-match.js'
 

@@ -1,3 +1,10 @@
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Logger } from 'pino'
+import { StoreError } from '../../core/errors.js'
+import { readJsonBody } from '../http-input.js'
+import { SHADOW_HEADER, send, sendError } from '../http-responses.js'
+import type { ServiceMetrics } from '../metrics.js'
+import type { Runtime } from '../runtime.js'
 import { type EnvoyRequest, EnvoyRequestError, type EnvoyResponse } from './envoy-decide.js'
 import { fromWire, type WireRequest } from './grpc-server.js'
 
@@ -94,4 +101,50 @@ export function responseToJson(r: EnvoyResponse): Json {
   })
   if (r.headers.length > 0) out.responseHeadersToAdd = r.headers.map((h) => ({ key: h.key, value: h.value }))
   return out
+}
+
+/** What answering `POST /json` needs from the service. */
+export interface JsonContext {
+  readonly decideEnvoy: (request: EnvoyRequest) => Promise<EnvoyResponse>
+  readonly metrics: ServiceMetrics
+  readonly logger: Logger
+}
+
+/**
+ * Answers `POST /json` (the caller checked the route, the method and the token): Envoy's
+ * ShouldRateLimit in the proto3 JSON mapping, 200 when not over the limit, 429 when over.
+ */
+export function answerEnvoyJson(req: IncomingMessage, res: ServerResponse, runtime: Runtime, ctx: JsonContext): void {
+  const { metrics, logger } = ctx
+  const example =
+    'the body must be JSON such as {"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]}'
+  readJsonBody(req, res, runtime.config.server.maxBodyBytes, example, (input) => {
+    let request: EnvoyRequest
+    try {
+      request = requestFromJson(input)
+    } catch (err) {
+      sendError(res, 400, 'invalid_request', (err as Error).message)
+      return
+    }
+    if (!req.socket.writable) return
+    ctx.decideEnvoy(request).then(
+      (r) => {
+        const headers: Record<string, string> = {}
+        if (r.shadowDenied) headers[SHADOW_HEADER] = 'denied'
+        send(res, r.overallCode === 'OVER_LIMIT' ? 429 : 200, JSON.stringify(responseToJson(r)), headers)
+      },
+      (err: unknown) => {
+        if (err instanceof EnvoyRequestError) sendError(res, 400, 'invalid_request', err.message)
+        else if (err instanceof StoreError) {
+          metrics.storeError(runtime.store.type, 'decide')
+          sendError(res, 503, 'store_unavailable', `the ${runtime.store.type} store did not answer: ${err.message}`, {
+            'retry-after': '1',
+          })
+        } else {
+          logger.error({ err }, 'POST /json failed')
+          sendError(res, 500, 'internal_error', 'the decision failed; see the service log')
+        }
+      },
+    )
+  })
 }

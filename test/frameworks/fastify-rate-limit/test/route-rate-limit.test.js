@@ -675,7 +675,7 @@ test('variable max contenders', async (t) => {
 
 // // TODO this test gets extremely flaky because of setTimeout
 // // rewrite using https://www.npmjs.com/package/@sinonjs/fake-timers
-test('limit reset per Local storage', { skip: true }, async (t) => {
+test('limit reset per Local storage', { skip: 'skipped upstream in @fastify/rate-limit v11.2.0 (their comment above: flaky because of setTimeout); see ../README.md' }, async (t) => {
   t.plan(12)
   const fastify = Fastify()
   await fastify.register(rateLimit, { global: false })
