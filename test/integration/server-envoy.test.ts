@@ -243,6 +243,17 @@ function behavesAsTheReference(name: string, store: () => Promise<{ yaml: string
       })
       assert.equal(bad.status, 400)
       assert.match(((await bad.json()) as Message).message, /descriptors\[0\]\.entries\[0\]: unknown field "valu"/)
+      // JSON can carry a lone surrogate, which gRPC's UTF-8 cannot: it is escaped into the counter key, not an error
+      const lone = await fetch(`${gw.svc.url}/json`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"\\ud800"}],"limit":{"requestsPerUnit":5,"unit":"MINUTE"}},{"entries":[{"key":"remote_address","value":"\\udc00"}]}]}',
+      })
+      assert.equal(lone.status, 200)
+      assert.deepEqual(
+        ((await lone.json()) as Message).statuses.map((st: Message) => st.limitRemaining),
+        [4, 2],
+      )
     })
 
     it('a request Envoy would not send is INVALID_ARGUMENT, naming what is wrong', async () => {

@@ -72,7 +72,7 @@ const NEEDS_ESCAPE = /[%|\uD800-\uDFFF]/
  * Unicode: `%` → `%25`, `|` → `%7C`, a lone surrogate → `%uD800`. Injective, since every `%`
  * of the result starts an escape.
  */
-function escapePart(s: string): string {
+export function escapePart(s: string): string {
   if (!NEEDS_ESCAPE.test(s)) return s
   let out = ''
   for (let i = 0; i < s.length; i++) {

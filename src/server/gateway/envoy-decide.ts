@@ -2,7 +2,8 @@ import type { AlgorithmResult, RateLimitAlgorithm } from '../../algorithms/types
 import { rateLimitHeaders } from '../../core/headers.js'
 import type { EnvoyConfig } from '../config-gateway.js'
 import type { ShadowLog } from '../shadow-log.js'
-import { applyReplaces, type DomainMatch, type RateLimitUnit, UNIT_SECONDS } from './domains.js'
+import { applyReplaces, type RateLimitUnit, UNIT_SECONDS } from './domains.js'
+import { escapePart } from './domains-match.js'
 import { type EnvoyAlgorithms, MAX_OVERRIDE_LIMITS } from './envoy-rules.js'
 import type { GatewayMetrics } from './gateway-metrics.js'
 
@@ -83,7 +84,6 @@ export interface EnvoyContext {
 }
 
 interface Planned {
-  readonly match: DomainMatch | undefined
   readonly algorithm: RateLimitAlgorithm | undefined
   readonly limit: EnvoyLimit | undefined
   readonly shadow: boolean
@@ -110,11 +110,11 @@ function validate(req: EnvoyRequest, envoy: EnvoyConfig): void {
 }
 
 // The counter a descriptor's own limit counts in: the domain and the entries, each part escaped
-// so that no two descriptors share one ("|" separates, "%" escapes).
+// as the rules' counter keys are, so that no two descriptors share one (their algorithms have keys
+// of their own, under "override").
 function overrideKey(domain: string, entries: readonly EnvoyEntry[]): string {
-  const esc = (s: string) => s.replace(/%/g, '%25').replace(/\|/g, '%7C')
-  let key = esc(domain)
-  for (const e of entries) key += `|${esc(e.key)}|${esc(e.value)}`
+  let key = escapePart(domain)
+  for (const e of entries) key += `|${escapePart(e.key)}|${escapePart(e.value)}`
   return key
 }
 
@@ -136,7 +136,6 @@ async function plan(ctx: EnvoyContext, req: EnvoyRequest): Promise<Planned[]> {
       if (algorithm === undefined && d.limit.requestsPerUnit > 0)
         throw new EnvoyRequestError(`too many distinct descriptor limits: at most ${MAX_OVERRIDE_LIMITS} are kept`)
       planned.push({
-        match: undefined,
         algorithm,
         limit: { name: '', requestsPerUnit: d.limit.requestsPerUnit, unit: d.limit.unit },
         shadow: false,
@@ -152,7 +151,6 @@ async function plan(ctx: EnvoyContext, req: EnvoyRequest): Promise<Planned[]> {
     const rule = match?.rule
     const unlimited = original?.rule.unlimited === true
     planned.push({
-      match,
       algorithm: rule === undefined || rule.unlimited ? undefined : algorithms.ofRule(rule),
       limit:
         rule === undefined || rule.unlimited || rule.unit === undefined
