@@ -88,8 +88,6 @@ interface KeyQueue {
   wakeAtMs: number
   /** A synchronous-mode try is waiting for the store. */
   busy: boolean
-  /** A synchronous try was denied: its take-back must reach the store before the next try. */
-  resync: boolean
 }
 
 const queuesByLimiter = new WeakMap<Limiter, KeyQueues>()
@@ -187,7 +185,7 @@ export class KeyQueues {
     return new Promise<Decision>((resolve, reject) => {
       const waiter: Waiter = { cost, deadlineMs, resolve, reject, signal, onAbort: undefined, done: false }
       if (queue === undefined) {
-        queue = { key, waiters: [], head: 0, live: 0, timed: 0, timer: undefined, wakeAtMs: 0, busy: false, resync: false }
+        queue = { key, waiters: [], head: 0, live: 0, timed: 0, timer: undefined, wakeAtMs: 0, busy: false }
         this.queues.set(key, queue)
         if (!this.watchingClose) {
           ns.watchClose(this.onClose)
@@ -249,20 +247,6 @@ export class KeyQueues {
       }
       let d: Decision | Promise<Decision>
       try {
-        if (q.resync) {
-          // A denied synchronous hit is taken back by a push in the background. A hit sent
-          // before that push is answered may find the store's last answer (acked) equal to the
-          // new count, send no write, and be decided on the taken-back total: one hit over the
-          // limit (seen with plain hit() and countDenied: false too). One read-and-write of the
-          // key first puts the store and this process in step again.
-          q.resync = false
-          q.busy = true
-          Promise.resolve(this.tries.peek(q.key)).then(
-            () => this.resume(q),
-            () => this.resume(q),
-          )
-          return
-        }
         d = this.tries.hit(q.key, head.cost)
       } catch (err) {
         // NAMESPACE_CLOSED, or a namespace-level refusal: every waiter of the key gets it
@@ -301,7 +285,6 @@ export class KeyQueues {
       taker.resolve(d)
       return
     }
-    if (this.limiter.namespace.mode === 'synchronous') q.resync = true
     if (head.done) return // aborted during the try: the next head tries at once
     let waitMs = d.retryAfterMs
     if (waitMs === Number.POSITIVE_INFINITY) {
@@ -329,11 +312,6 @@ export class KeyQueues {
       q.timer = undefined
       this.pump(q)
     }, waitMs)
-  }
-
-  private resume(q: KeyQueue): void {
-    q.busy = false
-    if (this.queues.get(q.key) === q) this.pump(q)
   }
 
   private timeOut(q: KeyQueue, w: Waiter, detail: string): void {

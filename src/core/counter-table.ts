@@ -245,8 +245,7 @@ export class WindowTable {
         if (this.sweeper === undefined) this.sweeper = this.slots.values()
         const next = this.sweeper.next()
         if (next.done === true) {
-          // a round is complete; the next sync starts another
-          this.sweeper = undefined
+          this.sweeper = undefined // a round is complete; the next sync starts another
           break
         }
         if (((flags[next.value] as number) & VISITED) === 0) this.visit(next.value, startMs, weight, windows, refresh, visited)
@@ -261,9 +260,10 @@ export class WindowTable {
   /**
    * What a single key's synchronous hit sends: its current window written (or read), and its
    * previous window written when it has unsynced hits, else read back unless `skipPrevious`
-   * (the caller read it recently and uses the held value). A key not held is read in full.
+   * (the caller read it recently and uses the held value). A key not held is read in full. With
+   * `write` the current window is written even when equal to the acked count (see pushKey).
    */
-  collectKey(key: string, nowMs: number, windows: WindowPush[], refresh: WindowRef[], skipPrevious = false): void {
+  collectKey(key: string, nowMs: number, windows: WindowPush[], refresh: WindowRef[], skipPrevious = false, write = false): void {
     const slot = this.slots.get(key)
     const sizeMs = this.sizeMs
     const start = windowStartMs(nowMs, sizeMs)
@@ -274,7 +274,7 @@ export class WindowTable {
     const d = this.dict.data
     const base = slot * STRIDE
     if ((d[base + START] as number) < start) this.roll(base, start)
-    this.windowOf(key, base, CUR_MINE, start, windows, refresh)
+    this.windowOf(key, base, CUR_MINE, start, windows, refresh, write)
     if (d[base + PREV_MINE] !== d[base + PREV_ACKED] || !skipPrevious) this.windowOf(key, base, PREV_MINE, start - sizeMs, windows, refresh)
   }
 
@@ -336,8 +336,7 @@ export class WindowTable {
     if (slotRate(d, base, weight) >= this.nearLimit) this.queueSlot(slot)
   }
 
-  // One window of a slot (`mine` is CUR_MINE or PREV_MINE): a write when it has unsynced hits,
-  // else a read-back when `refresh` is given.
+  // A slot's window (`mine`: CUR_MINE or PREV_MINE): written when unsynced or `write`, else read back when `refresh` is given.
   private windowOf(
     key: string,
     base: number,
@@ -345,11 +344,12 @@ export class WindowTable {
     windowStartMs: number,
     windows: WindowPush[],
     refresh: WindowRef[] | undefined,
+    write = false,
   ): void {
     const d = this.dict.data
     const count = d[base + mine] as number
     const acked = d[base + mine + 1] as number
-    if (count !== acked) windows.push({ key, windowStartMs, windowSizeMs: this.sizeMs, count, diff: count - acked })
+    if (count !== acked || write) windows.push({ key, windowStartMs, windowSizeMs: this.sizeMs, count, diff: count - acked })
     else refresh?.push({ key, windowStartMs, windowSizeMs: this.sizeMs })
   }
 

@@ -224,7 +224,7 @@ export class Limiter {
     const tables = this.tables
     // One round trip: count, push, read the totals back; the store orders concurrent hits.
     for (let i = 0; i < tables.length; i++) (tables[i] as WindowTable).add(key, cost, nowMs)
-    return this.namespace.pushKey(key, tables, nowMs).then(
+    return this.namespace.pushKey(key, tables, nowMs, cost > 0).then(
       (rows) => this.remoteDecision(key, cost, nowMs, rows, undefined),
       (err: unknown) => this.remoteDecision(key, cost, nowMs, undefined, err as StoreError),
     )

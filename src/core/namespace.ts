@@ -117,7 +117,7 @@ export class Namespace {
     const nowMs = this.clock()
     if (this.mode !== 'synchronous') return table.add(key, value, nowMs)
     table.add(key, value, nowMs)
-    return this.pushKey(key, [table], nowMs).then((rows) => table.rowsRate(key, rows, nowMs))
+    return this.pushKey(key, [table], nowMs, value !== 0).then((rows) => table.rowsRate(key, rows, nowMs))
   }
 
   slidingWindow(key: string, windowSize: number, curDiff?: number): number | Promise<number> {
@@ -134,8 +134,8 @@ export class Namespace {
   }
 
   /** One round trip for one key (synchronous mode); see {@link StoreLink.pushKey}. */
-  pushKey(key: string, tables: readonly WindowTable[], nowMs: number): Promise<CounterRow[] | undefined> {
-    return (this.link as StoreLink).pushKey(key, tables, nowMs)
+  pushKey(key: string, tables: readonly WindowTable[], nowMs: number, write = false): Promise<CounterRow[] | undefined> {
+    return (this.link as StoreLink).pushKey(key, tables, nowMs, write)
   }
 
   /**

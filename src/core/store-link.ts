@@ -83,14 +83,16 @@ export class StoreLink {
    * reads back the rest (a previous window only when not read recently), and resolves with the
    * store's rows. On failure the hits stay local and unsynced (`onWriteFailed` retries them) and
    * it resolves with undefined; with `onStoreError` "allow"/"deny" the StoreError is rethrown for
-   * the caller to decide.
+   * the caller to decide. With `write` (a hit or an increment), the current windows are written
+   * even when their count equals the acknowledged one: an earlier push of the key (a denied hit
+   * taken back) may still be in flight, and only a write lets the store order this hit after it.
    */
-  pushKey(key: string, tables: readonly WindowTable[], nowMs: number): Promise<CounterRow[] | undefined> {
+  pushKey(key: string, tables: readonly WindowTable[], nowMs: number, write = false): Promise<CounterRow[] | undefined> {
     const windows: WindowPush[] = []
     const refresh: WindowRef[] = []
     for (let i = 0; i < tables.length; i++) {
       const table = tables[i] as WindowTable
-      table.collectKey(key, nowMs, windows, refresh, this.previous.has(table, key, nowMs))
+      table.collectKey(key, nowMs, windows, refresh, this.previous.has(table, key, nowMs), write)
     }
     return this.exchange(windows, refresh, nowMs, (rows, err) => {
       if (rows === undefined) return this.pushKeyFailed(err, windows)

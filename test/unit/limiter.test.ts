@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { ConfigError, createFakeClock, type Decision, MemoryStrategy, RateLimiting } from '../../src/index.js'
+import { ConfigError, createFakeClock, type Decision, type Limiter, MemoryStrategy, RateLimiting } from '../../src/index.js'
 
 const MINUTE = 1_699_999_980_000
 
@@ -214,6 +214,26 @@ describe('limiter in synchronous mode', () => {
       const { limiters } = fleet(4, 50, countDenied)
       const decisions = await Promise.all(Array.from({ length: 200 }, (_, i) => limiters[i % 4]?.hit('user')))
       assert.equal(decisions.filter((d) => d?.allowed).length, 50, `countDenied ${countDenied}`)
+    }
+  })
+
+  it('with countDenied false, a hit sent while a denied hit is being taken back is still counted in the store', async () => {
+    // A denied hit is taken back by a push in the background. A hit sent before that push is
+    // acknowledged finds its local count equal to the acknowledged one; it must still write,
+    // or the store orders nothing and the hit is admitted without being stored.
+    for (const gap of ['back-to-back', 'awaited'] as const) {
+      const { store, limiters } = fleet(1, 2, false)
+      const limiter = limiters[0] as Limiter
+      assert.deepEqual([(await limiter.hit('k')).allowed, (await limiter.hit('k')).allowed], [true, true])
+      const outcomes =
+        gap === 'back-to-back'
+          ? (await Promise.all([limiter.hit('k'), limiter.hit('k'), limiter.hit('k')])).map((d) => d.allowed)
+          : [(await limiter.hit('k')).allowed, (await limiter.hit('k')).allowed, (await limiter.hit('k')).allowed]
+      assert.deepEqual(outcomes, [false, false, false], gap)
+      await new Promise((resolve) => setImmediate(resolve)) // the take-backs land
+      const row = await store.getWindow('k', 'api', Math.floor(MINUTE / 60_000) * 60_000, 60_000)
+      assert.equal(row.count, 2, `${gap}: the store holds exactly the two admitted hits`)
+      assert.equal((await limiter.peek('k')).remaining, 0, gap)
     }
   })
 
