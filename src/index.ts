@@ -20,6 +20,7 @@ export type { Decision, LimiterOptions, LimitSpec, LimitState } from './core/lim
 export type { DecisionReason } from './core/key-lists.js'
 export { Limiter } from './core/limiter.js'
 export type { NamespaceStats } from './core/namespace.js'
+export type { RefundOptions } from './core/refund.js'
 export { storeErrorChannel } from './core/store-link.js'
 export { syncChannel } from './core/sync-loop.js'
 export type { NamespaceOptions, OnStoreError, SyncMode } from './core/options.js'

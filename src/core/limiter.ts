@@ -5,6 +5,7 @@ import { ConfigError, type StoreError, usageRangeError } from './errors.js'
 import type { Decision, LimiterOptions, LimitSpec, LimitState, WindowCounts } from './limiter-types.js'
 import { KeyLists, listedDecision } from './key-lists.js'
 import type { Namespace } from './namespace.js'
+import { type RefundOptions, refundTime, takeBack } from './refund.js'
 import type { CounterRow } from './strategy.js'
 import { retryAfterMs as computeRetryAfterMs } from './window.js'
 
@@ -182,6 +183,34 @@ export class Limiter {
     if (typeof fn !== 'function') throw new TypeError(`schedule needs a function to run, got ${typeof fn}`)
     await this.acquire(key, options?.cost ?? 1, options)
     return await fn()
+  }
+
+  /**
+   * Takes back a hit of `cost` this process counted for `key` (a request that failed on your
+   * side, or that should not count): in every limit, in the window that counted it (`at`, the
+   * hit's time, default now), never below zero. Local and periodic namespaces resolve at once
+   * (the next sync stores it); a synchronous one once the store has it. A store failure does
+   * not reject: the refund stays local and is pushed by a later sync, as hits are.
+   *
+   * @example
+   * const at = limiter.clock()
+   * const d = await limiter.hit(user)
+   * if (d.allowed && (await callUpstream()).status >= 500) await limiter.refund(user, 1, { at })
+   */
+  refund(key: string, cost = 1, options?: RefundOptions): Promise<void> {
+    const ns = this.namespace
+    ns.check(key, cost)
+    if (cost < 0) throw usageRangeError('INVALID_VALUE', `refund cost must be >= 0, got ${cost}`)
+    const nowMs = ns.clock()
+    const atMs = refundTime(options, nowMs)
+    // a listed key was never counted
+    if (cost === 0 || (this.lists !== undefined && this.lists.match(key) !== undefined)) return Promise.resolve()
+    for (let i = 0; i < this.tables.length; i++) takeBack(this.tables[i] as WindowTable, key, cost, atMs, nowMs)
+    if (ns.mode !== 'synchronous') return Promise.resolve()
+    return ns.pushKey(key, this.tables, nowMs).then(
+      () => undefined,
+      () => undefined,
+    )
   }
 
   /** Resets `key` in every window of the namespace (fleet-wide when the namespace syncs). */
