@@ -96,10 +96,10 @@ const queuesByLimiter = new WeakMap<Limiter, KeyQueues>()
  * The queues of one limiter, made on its first `acquire()`: a limiter that never acquires has
  * none and pays nothing.
  */
-export function keyQueuesOf(limiter: Limiter, limits: readonly { readonly limit: number }[]): KeyQueues {
+export function keyQueuesOf(limiter: Limiter): KeyQueues {
   let queues = queuesByLimiter.get(limiter)
   if (queues === undefined) {
-    queues = new KeyQueues(limiter, limits)
+    queues = new KeyQueues(limiter)
     queuesByLimiter.set(limiter, queues)
   }
   return queues
@@ -124,20 +124,15 @@ export class KeyQueues {
   private readonly queues = new Map<string, KeyQueue>()
   /** The limiter's decisions with `countDenied: false`. */
   private readonly tries: Limiter
-  private readonly smallestLimit: number
   private readonly onClose = (): void => this.closeAll()
   private watchingClose = false
 
-  constructor(
-    private readonly limiter: Limiter,
-    limits: readonly { readonly limit: number }[],
-  ) {
+  constructor(private readonly limiter: Limiter) {
     // the same fields and methods, only countDenied differs; the limiter itself is untouched,
     // so its hot path keeps its shape
     this.tries = limiter.countDenied
       ? (Object.assign(Object.create(Object.getPrototypeOf(limiter) as object) as Limiter, limiter, { countDenied: false }) as Limiter)
       : limiter
-    this.smallestLimit = Math.min(...limits.map((l) => l.limit))
   }
 
   acquire(key: string, cost: number, options: AcquireOptions | undefined): Promise<Decision> {
@@ -163,9 +158,15 @@ export class KeyQueues {
     } catch (err) {
       return Promise.reject(err)
     }
-    if (cost > this.smallestLimit)
+    let smallest: number
+    try {
+      smallest = this.limiter.smallestLimit(key) // a limit may be a function of the key
+    } catch (err) {
+      return Promise.reject(err)
+    }
+    if (cost > smallest)
       return Promise.reject(
-        new AcquireError('NEVER_ALLOWED', key, `a hit of cost ${cost} on "${key}" can never be admitted: a limit is ${this.smallestLimit}`),
+        new AcquireError('NEVER_ALLOWED', key, `a hit of cost ${cost} on "${key}" can never be admitted: a limit is ${smallest}`),
       )
     if (signal?.aborted === true) return Promise.reject(abortError(key, signal))
     let queue = this.queues.get(key)

@@ -5,12 +5,25 @@ import type { DecisionReason } from './key-lists.js'
 
 /** One limit: at most `limit` hits per sliding `window` seconds. */
 export interface LimitSpec {
-  /** Hits allowed per window (a positive number). */
-  readonly limit: number
+  /**
+   * Hits allowed per window: a positive number, or a function of the key answering one (plans
+   * and tiers: `(key) => (pro.has(key) ? 1000 : 100)`), called on every decision, so keep it
+   * cheap and synchronous. Decisions and headers show the limit applied.
+   */
+  readonly limit: number | ((key: string) => number)
   /** Window size in seconds (fractions down to 0.001); must be one of the namespace's `windowSizes`. */
   readonly window: number
-  /** Policy name in headers. @default `${limit}-in-${window}s` */
+  /** Policy name in headers. @default `${limit}-in-${window}s` (`per-key-in-${window}s` for a function) */
   readonly name?: string
+}
+
+/** Options of one `hit()` or `peek()`. */
+export interface HitOptions {
+  /**
+   * This call's limit instead of the limiter's (one limit only; with several, give each a
+   * function of the key): a positive number, for a limit known per request (a plan in a token).
+   */
+  readonly limit?: number
 }
 
 /** Options of `rl.limiter()`. */

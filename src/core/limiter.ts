@@ -2,21 +2,15 @@ import { type AcquireOptions, checkMaxQueue, keyQueuesOf, type ScheduleOptions }
 import type { Clock } from './clock.js'
 import type { WindowTable } from './counter-table.js'
 import { ConfigError, type StoreError, usageRangeError } from './errors.js'
-import type { Decision, LimiterOptions, LimitSpec, LimitState, WindowCounts } from './limiter-types.js'
-import { KeyLists, listedDecision } from './key-lists.js'
+import { AppliedLimits, compileLimits, type Limit } from './limit-set.js'
+import type { Decision, HitOptions, LimiterOptions, LimitState, WindowCounts } from './limiter-types.js'
+import { KeyLists, listedDecision, type ListVerdict } from './key-lists.js'
 import type { Namespace } from './namespace.js'
 import { type RefundOptions, refundTime, takeBack } from './refund.js'
 import type { CounterRow } from './strategy.js'
 import { retryAfterMs as computeRetryAfterMs } from './window.js'
 
-export type { Decision, LimiterOptions, LimitSpec, LimitState, WindowCounts } from './limiter-types.js'
-
-interface Limit {
-  readonly name: string
-  readonly limit: number
-  readonly window: number
-  readonly table: WindowTable
-}
+export type { Decision, HitOptions, LimiterOptions, LimitSpec, LimitState, WindowCounts } from './limiter-types.js'
 
 /**
  * Decides hits against limits over a namespace's sliding-window counters. In local and
@@ -39,36 +33,17 @@ export class Limiter {
   private readonly tables: readonly WindowTable[]
   private readonly rates: Float64Array
   private readonly before: Float64Array
+  // the limit each limit applies in the decision being made (a function's answer, an override)
+  private readonly set: AppliedLimits
   // undefined when no list is set: the hot path then pays one field test
   private readonly lists: KeyLists | undefined
 
   constructor(namespace: Namespace, options: LimiterOptions) {
     if (typeof options !== 'object' || options === null) throw new ConfigError('INVALID_OPTION', 'limiter options must be an object')
-    const { limits, countDenied = true } = options
-    if (!Array.isArray(limits) || limits.length === 0)
-      throw new ConfigError('INVALID_OPTION', 'limits must be a non-empty array of { limit, window }')
+    const { countDenied = true } = options
     if (typeof countDenied !== 'boolean')
       throw new ConfigError('INVALID_OPTION', `countDenied must be a boolean, got ${String(countDenied)}`)
-    const seen = new Set<number>()
-    this.limits = limits.map((spec: LimitSpec, i: number) => {
-      if (typeof spec !== 'object' || spec === null) throw new ConfigError('INVALID_OPTION', `limits[${i}] must be { limit, window }`)
-      const { limit, window } = spec
-      if (typeof limit !== 'number' || !Number.isFinite(limit) || limit <= 0)
-        throw new ConfigError('INVALID_OPTION', `limits[${i}].limit must be a positive number, got ${String(limit)}`)
-      const table = typeof window === 'number' ? namespace.findTable(window) : undefined
-      if (table === undefined)
-        throw new ConfigError(
-          'INVALID_OPTION',
-          `limits[${i}].window ${String(window)} is not one of namespace "${namespace.name}"'s windowSizes [${namespace.windowSizes.join(', ')}]`,
-        )
-      if (seen.has(table.sizeMs)) throw new ConfigError('INVALID_OPTION', `limits[${i}].window ${window} appears twice`)
-      seen.add(table.sizeMs)
-      const name = spec.name ?? `${limit}-in-${window}s`
-      if (typeof name !== 'string' || name.length === 0)
-        throw new ConfigError('INVALID_OPTION', `limits[${i}].name must be a non-empty string, got ${String(name)}`)
-      table.watchLimit(limit)
-      return { name, limit, window: table.sizeSec, table }
-    })
+    this.limits = compileLimits(namespace, options.limits)
     this.namespace = namespace
     this.clock = namespace.clock
     this.countDenied = countDenied
@@ -76,36 +51,44 @@ export class Limiter {
     this.tables = this.limits.map((l) => l.table)
     this.rates = new Float64Array(this.limits.length)
     this.before = new Float64Array(this.limits.length)
+    this.set = new AppliedLimits(this.limits)
     this.lists = KeyLists.compile(options.denyList, options.allowList)
   }
 
-  /** Decides a hit of `cost` for `key` and counts it (if allowed, or always with `countDenied`). */
-  hit(key: string, cost = 1): Decision | Promise<Decision> {
+  /**
+   * Decides a hit of `cost` for `key` and counts it (if allowed, or always with `countDenied`).
+   * `options.limit` replaces the limit for this hit (a limiter with one limit).
+   */
+  hit(key: string, cost = 1, options?: HitOptions): Decision | Promise<Decision> {
     const ns = this.namespace
     ns.check(key, cost)
     if (cost < 0) throw usageRangeError('INVALID_VALUE', `cost must be >= 0, got ${cost}`)
+    const override = options === undefined ? undefined : this.set.overrideOf(options)
     const nowMs = ns.clock()
     if (this.lists !== undefined) {
       const verdict = this.lists.match(key)
-      if (verdict !== undefined) return listedDecision(verdict, this.limits, nowMs, this.namespace.mode === 'synchronous')
+      if (verdict !== undefined) return this.listed(verdict, key, override, nowMs)
     }
-    if (ns.mode === 'synchronous') return this.hitRemote(key, cost, nowMs)
+    if (ns.mode === 'synchronous') return this.hitRemote(key, cost, nowMs, override)
     if (this.limits.length === 1) {
       const l = this.limits[0] as Limit
-      const rate = l.table.decide(key, cost, l.limit, this.countDenied, nowMs)
+      const limit = override ?? (l.perKey === undefined ? l.limit : this.set.limitOf(l, key))
+      const rate = l.table.decide(key, cost, limit, this.countDenied, nowMs)
       const allowed = l.table.lastAllowed
-      return this.single(l, allowed, rate, nowMs, allowed ? 0 : this.retryAfter(l, key, cost, nowMs))
+      return this.single(l, limit, allowed, rate, nowMs, allowed ? 0 : this.retryAfter(l, limit, key, cost, nowMs))
     }
     const { rates, before } = this
+    const applied = this.set.apply(key, override)
     let allowed = true
     let admissible = true // false when the cost exceeds a limit: no rate could ever admit it
     for (let i = 0; i < this.limits.length; i++) {
       const l = this.limits[i] as Limit
+      const limit = applied[i] as number
       const rate = l.table.rate(key, nowMs)
       before[i] = rate
       rates[i] = rate
-      if (rate + cost > l.limit) allowed = false
-      if (cost > l.limit) admissible = false
+      if (rate + cost > limit) allowed = false
+      if (cost > limit) admissible = false
     }
     if (allowed || (this.countDenied && admissible)) {
       for (let i = 0; i < this.limits.length; i++) rates[i] = (this.limits[i] as Limit).table.add(key, cost, nowMs)
@@ -120,7 +103,7 @@ export class Limiter {
    */
   allow(key: string, cost = 1): boolean | Promise<boolean> {
     const ns = this.namespace
-    if (ns.mode !== 'synchronous' && this.limits.length === 1 && this.lists === undefined) {
+    if (ns.mode !== 'synchronous' && this.limits.length === 1 && this.lists === undefined && !this.set.dynamic) {
       ns.check(key, cost)
       if (cost < 0) throw usageRangeError('INVALID_VALUE', `cost must be >= 0, got ${cost}`)
       const l = this.limits[0] as Limit
@@ -145,17 +128,23 @@ export class Limiter {
     }))
   }
 
-  /** The decision a hit of cost 1 would get now, without counting anything. */
-  peek(key: string): Decision | Promise<Decision> {
+  /** The decision a hit of cost 1 would get now, without counting anything (`options` as for {@link hit}). */
+  peek(key: string, options?: HitOptions): Decision | Promise<Decision> {
     const ns = this.namespace
     ns.check(key, 1)
+    const override = options === undefined ? undefined : this.set.overrideOf(options)
     const nowMs = ns.clock()
     if (this.lists !== undefined) {
       const verdict = this.lists.match(key)
-      if (verdict !== undefined) return listedDecision(verdict, this.limits, nowMs, this.namespace.mode === 'synchronous')
+      if (verdict !== undefined) return this.listed(verdict, key, override, nowMs)
     }
-    if (ns.mode === 'synchronous') return this.peekRemote(key, 1, nowMs)
-    return this.peekLocal(key, 1, nowMs, undefined, undefined)
+    if (ns.mode === 'synchronous') return this.peekRemote(key, 1, nowMs, override)
+    return this.peekLocal(key, 1, nowMs, undefined, undefined, override)
+  }
+
+  /** @internal The smallest limit `key` is held to (acquire's test of a cost no wait can admit). */
+  smallestLimit(key: string): number {
+    return this.set.smallest(key)
   }
 
   /**
@@ -169,7 +158,7 @@ export class Limiter {
    * await limiter.acquire('github-api', 5, { maxWaitMs: 10_000, signal: AbortSignal.timeout(30_000) })
    */
   acquire(key: string, cost = 1, options?: AcquireOptions): Promise<Decision> {
-    return keyQueuesOf(this, this.limits).acquire(key, cost, options)
+    return keyQueuesOf(this).acquire(key, cost, options)
   }
 
   /**
@@ -219,10 +208,10 @@ export class Limiter {
   }
 
   // The decision a hit of `cost` would get, read from the store without counting it.
-  private peekRemote(key: string, cost: number, nowMs: number): Promise<Decision> {
+  private peekRemote(key: string, cost: number, nowMs: number, override: number | undefined): Promise<Decision> {
     return this.namespace.pushKey(key, this.tables, nowMs).then(
-      (rows) => this.peekLocal(key, cost, nowMs, undefined, rows),
-      (err: unknown) => this.peekLocal(key, cost, nowMs, err as StoreError, undefined),
+      (rows) => this.peekLocal(key, cost, nowMs, undefined, rows, override),
+      (err: unknown) => this.peekLocal(key, cost, nowMs, err as StoreError, undefined, override),
     )
   }
 
@@ -232,7 +221,9 @@ export class Limiter {
     nowMs: number,
     storeError: StoreError | undefined,
     rows: CounterRow[] | undefined,
+    override: number | undefined,
   ): Decision {
+    const applied = this.set.apply(key, override)
     let allowed = true
     let admissible = true
     for (let i = 0; i < this.limits.length; i++) {
@@ -240,22 +231,23 @@ export class Limiter {
       const rate = l.table.rowsRate(key, rows, nowMs)
       this.rates[i] = rate
       this.before[i] = rate
-      if (rate + cost > l.limit) allowed = false
-      if (cost > l.limit) admissible = false
+      if (rate + cost > (applied[i] as number)) allowed = false
+      if (cost > (applied[i] as number)) admissible = false
     }
     if (storeError !== undefined) allowed = admissible && this.namespace.onStoreError === 'allow'
     return this.decision(key, cost, nowMs, allowed, storeError)
   }
 
-  private hitRemote(key: string, cost: number, nowMs: number): Promise<Decision> {
+  private hitRemote(key: string, cost: number, nowMs: number, override: number | undefined): Promise<Decision> {
     // a cost above a limit can never be admitted: denied without a store call or a count
-    for (let i = 0; i < this.limits.length; i++) if (cost > (this.limits[i] as Limit).limit) return this.peekRemote(key, cost, nowMs)
+    const applied = this.set.apply(key, override)
+    for (let i = 0; i < applied.length; i++) if (cost > (applied[i] as number)) return this.peekRemote(key, cost, nowMs, override)
     const tables = this.tables
     // One round trip: count, push, read the totals back; the store orders concurrent hits.
     for (let i = 0; i < tables.length; i++) (tables[i] as WindowTable).add(key, cost, nowMs)
     return this.namespace.pushKey(key, tables, nowMs, cost > 0).then(
-      (rows) => this.remoteDecision(key, cost, nowMs, rows, undefined),
-      (err: unknown) => this.remoteDecision(key, cost, nowMs, undefined, err as StoreError),
+      (rows) => this.remoteDecision(key, cost, nowMs, rows, undefined, override),
+      (err: unknown) => this.remoteDecision(key, cost, nowMs, undefined, err as StoreError, override),
     )
   }
 
@@ -266,15 +258,18 @@ export class Limiter {
     nowMs: number,
     rows: CounterRow[] | undefined,
     storeError: StoreError | undefined,
+    override: number | undefined,
   ): Decision {
     const ns = this.namespace
+    // asked again: the decisions of other keys have used the array since the hit was sent
+    const applied = this.set.apply(key, override)
     let allowed = true
     for (let i = 0; i < this.limits.length; i++) {
       const l = this.limits[i] as Limit
       const rate = l.table.rowsRate(key, rows, nowMs)
       this.rates[i] = rate
       this.before[i] = rate - cost
-      if (rate > l.limit) allowed = false
+      if (rate > (applied[i] as number)) allowed = false
     }
     if (storeError !== undefined) allowed = ns.onStoreError === 'allow'
     if (!allowed && !this.countDenied) {
@@ -287,8 +282,9 @@ export class Limiter {
     if (this.limits.length === 1 && storeError === undefined) {
       // one limit: the decision() object without its intermediate copies
       const l = this.limits[0] as Limit
-      const retryAfterMs = (this.before[0] as number) + cost > l.limit ? this.retryAfter(l, key, cost, nowMs) : 0
-      return this.single(l, allowed, this.rates[0] as number, nowMs, retryAfterMs)
+      const limit = applied[0] as number
+      const retryAfterMs = (this.before[0] as number) + cost > limit ? this.retryAfter(l, limit, key, cost, nowMs) : 0
+      return this.single(l, limit, allowed, this.rates[0] as number, nowMs, retryAfterMs)
     }
     return this.decision(key, cost, nowMs, allowed, storeError)
   }
@@ -298,12 +294,13 @@ export class Limiter {
     let decider = 0
     for (let i = 0; i < this.limits.length; i++) {
       const l = this.limits[i] as Limit
+      const limit = this.set.current[i] as number
       const rate = this.rates[i] as number
-      const remaining = l.limit - rate
-      const retryAfterMs = (this.before[i] as number) + cost > l.limit ? this.retryAfter(l, key, cost, nowMs) : 0
+      const remaining = limit - rate
+      const retryAfterMs = (this.before[i] as number) + cost > limit ? this.retryAfter(l, limit, key, cost, nowMs) : 0
       states.push({
         name: l.name,
-        limit: l.limit,
+        limit,
         window: l.window,
         remaining: remaining > 0 ? Math.floor(remaining) : 0,
         rate,
@@ -329,12 +326,12 @@ export class Limiter {
   }
 
   /** The decision of a one-limit limiter, built in one object literal (the hot path's). */
-  private single(l: Limit, allowed: boolean, rate: number, nowMs: number, retryAfterMs: number): Decision {
-    const remaining = l.limit - rate
+  private single(l: Limit, limit: number, allowed: boolean, rate: number, nowMs: number, retryAfterMs: number): Decision {
+    const remaining = limit - rate
     return {
       allowed,
       name: l.name,
-      limit: l.limit,
+      limit,
       window: l.window,
       remaining: remaining > 0 ? Math.floor(remaining) : 0,
       rate,
@@ -344,9 +341,27 @@ export class Limiter {
     }
   }
 
-  private retryAfter(l: Limit, key: string, cost: number, nowMs: number): number {
+  private retryAfter(l: Limit, limit: number, key: string, cost: number, nowMs: number): number {
     const { current, previous } = l.table.counts(key, nowMs)
-    return computeRetryAfterMs(current, previous, nowMs, l.table.sizeMs, l.limit, cost)
+    return computeRetryAfterMs(current, previous, nowMs, l.table.sizeMs, limit, cost)
+  }
+
+  // The decision of a listed key, with the limits that key would have.
+  private listed(
+    verdict: NonNullable<ListVerdict>,
+    key: string,
+    override: number | undefined,
+    nowMs: number,
+  ): Decision | Promise<Decision> {
+    const synchronous = this.namespace.mode === 'synchronous'
+    if (!this.set.dynamic && override === undefined) return listedDecision(verdict, this.limits, nowMs, synchronous)
+    const applied = this.set.apply(key, override)
+    return listedDecision(
+      verdict,
+      this.limits.map((l, i) => ({ ...l, limit: applied[i] as number })),
+      nowMs,
+      synchronous,
+    )
   }
 }
 
