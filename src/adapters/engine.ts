@@ -1,7 +1,7 @@
 /**
  * How an adapter reaches the engine (a namespace it defines itself, or one the user defined),
  * and the engine behind the store adapters: one hit in, an integer count and a reset time out,
- * through the engine's public API (`rl.new`, `rl.limiter`, `rl.increment`, `rl.sync`).
+ * through the engine's public API (`rl.new`, `rl.limiter`, `limiter.refund`, `rl.sync`).
  */
 import { ConfigError } from '../core/errors.js'
 import type { Decision, Limiter } from '../core/limiter.js'
@@ -147,26 +147,19 @@ function toCount(d: Decision, limit: number | undefined, min: number, forwardErr
 export class WindowCounter {
   readonly windowSec: number
   readonly limit: number | undefined
-  private rl: RateLimiting
-  private namespace: string
   private limiter: Limiter
-
   private readonly forwardErrors: boolean
 
   constructor(rl: RateLimiting, namespace: string, windowSec: number, limit: number | undefined, forwardErrors: boolean) {
     this.windowSec = windowSec
     this.limit = limit
     this.forwardErrors = forwardErrors
-    this.rl = rl
-    this.namespace = namespace
     this.limiter = rl.limiter({ namespace, limits: [{ limit: engineLimit(limit), window: windowSec }] })
   }
 
   /** Moves the counter to another engine (after resetAll), keeping its identity for the adapters that hold it. */
   rebind(rl: RateLimiting, namespace: string): void {
     this.limiter = rl.limiter({ namespace, limits: [{ limit: engineLimit(this.limit), window: this.windowSec }] })
-    this.rl = rl
-    this.namespace = namespace
   }
 
   /** Counts one hit for `key` (blocked or not, as the frameworks' own stores do). */
@@ -184,10 +177,12 @@ export class WindowCounter {
     return this.limiter.reset(key)
   }
 
-  /** Takes one hit back from the current window; the engine never takes a count there below zero. */
-  takeBack(key: string): void | Promise<void> {
-    const rate = this.rl.increment(key, this.windowSec, -1, this.namespace)
-    if (typeof rate !== 'number') return rate.then(() => undefined)
+  /**
+   * Takes one hit back with `limiter.refund`: from this process's hits of the current window,
+   * never below zero, pushed to the store like a hit (resolved once stored in synchronous mode).
+   */
+  takeBack(key: string): Promise<void> {
+    return this.limiter.refund(key, 1)
   }
 }
 

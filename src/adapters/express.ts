@@ -10,9 +10,10 @@ import { ConfigError } from '../core/errors.js'
 import { chain, isPromiseLike, LIMITER_UNAVAILABLE, TOO_MANY_REQUESTS, windowSizeOf } from './common.js'
 import { type EngineOptions, type HitCount, StoreEngine, type WindowCounter } from './engine.js'
 import { MiddlewareCore, type MiddlewareOptions, type Outcome } from './middleware.js'
+import type { RequestRefund } from './refunds.js'
 
 export type { EngineOptions } from './engine.js'
-export type { LimitOption, Outcome } from './middleware.js'
+export type { LimitOption, Outcome, RequestRefund } from './middleware.js'
 
 const STORE = 'RateLimitingStore'
 
@@ -76,8 +77,13 @@ export class RateLimitingStore implements Store {
     return chain(this.windowCounter().hit(key), this.toInfo)
   }
 
-  /** Takes a hit back (express-rate-limit's skipSuccessfulRequests / skipFailedRequests). */
-  decrement(key: string): void | Promise<void> {
+  /**
+   * Takes a hit back (express-rate-limit's skipSuccessfulRequests / skipFailedRequests) with
+   * `limiter.refund`: from this process's own hits of the current window, never below zero,
+   * fleet-wide with a strategy. express-rate-limit gives no hit time, so a hit counted in the
+   * window before is taken from the current one (it does not decrement past the reset time).
+   */
+  decrement(key: string): Promise<void> {
     return this.windowCounter().takeBack(key)
   }
 
@@ -128,8 +134,11 @@ export class RateLimitingStore implements Store {
   }
 }
 
-/** Options of {@link createExpressMiddleware}. */
-export interface ExpressMiddlewareOptions extends MiddlewareOptions<Request> {
+/**
+ * Options of {@link createExpressMiddleware}; `requestWasSuccessful(req, res)` defaults to
+ * `res.statusCode < 400`.
+ */
+export interface ExpressMiddlewareOptions extends MiddlewareOptions<Request, [Request, Response]> {
   /**
    * Answers a denied request instead of the default (429, or 503 when the store failed and
    * `onStoreError` is "deny", with the headers already set). Call `next()` to let it through.
@@ -141,12 +150,38 @@ export interface ExpressMiddlewareOptions extends MiddlewareOptions<Request> {
 export type ExpressRateLimitMiddleware = RequestHandler & {
   /** Forgets `key` in every limit (fleet-wide with a strategy). */
   resetKey(key: string): Promise<void>
-  /** Stops the middleware's own engine (not a `rateLimiting` you passed). */
+  /** Stops the middleware's own engine (not a `rateLimiting` you passed), after the refunds in flight. */
   close(): Promise<void>
+  /** Resolves once the refunds started so far are done (in synchronous mode, in the store). */
+  settled(): Promise<void>
 }
 
 function defaultKey(req: Request): string {
   return req.ip ?? req.socket?.remoteAddress ?? ''
+}
+
+function succeeded(_req: Request, res: Response): boolean {
+  return res.statusCode < 400
+}
+
+/**
+ * Settles `refund` when the response ends: on 'finish' by `requestWasSuccessful`, on a 'close'
+ * before the response was ended as a failure (the client went away). One listener for both.
+ */
+function watchResponse(core: MiddlewareCore<Request, [Request, Response]>, refund: RequestRefund, req: Request, res: Response): void {
+  const refunds = core.refunds
+  if (refunds === undefined) return
+  const ended = (): void => {
+    if (res.writableEnded) refunds.settle(refund, req, res)
+    else refund.failed()
+  }
+  // the connection may have closed while the decision was awaited
+  if (res.destroyed || res.writableFinished) {
+    ended()
+    return
+  }
+  res.once('finish', ended)
+  res.once('close', ended)
 }
 
 /**
@@ -157,7 +192,7 @@ function defaultKey(req: Request): string {
  * app.use(createExpressMiddleware({ limits: [{ limit: 10, windowMs: 1000 }, { limit: 100, windowMs: 60_000 }] }))
  */
 export function createExpressMiddleware(options: ExpressMiddlewareOptions): ExpressRateLimitMiddleware {
-  const core = new MiddlewareCore<Request>(options, 'createExpressMiddleware', defaultKey)
+  const core = new MiddlewareCore<Request, [Request, Response]>(options, 'createExpressMiddleware', defaultKey, succeeded)
   const handler = options.handler
   if (handler !== undefined && typeof handler !== 'function')
     throw new ConfigError('INVALID_OPTION', 'createExpressMiddleware: handler must be a function (req, res, next, outcome)')
@@ -167,6 +202,7 @@ export function createExpressMiddleware(options: ExpressMiddlewareOptions): Expr
       next()
       return
     }
+    if (outcome.refund !== undefined) watchResponse(core, outcome.refund, req, res)
     if (!res.headersSent) for (const name in outcome.headers) res.setHeader(name, outcome.headers[name] as string)
     if (outcome.decision.allowed) {
       next()
@@ -194,5 +230,6 @@ export function createExpressMiddleware(options: ExpressMiddlewareOptions): Expr
   return Object.assign(middleware, {
     resetKey: (key: string) => core.limiter.reset(key),
     close: () => core.close(),
+    settled: () => core.settled(),
   })
 }

@@ -9,9 +9,10 @@ import { ConfigError } from '../core/errors.js'
 import { isPromiseLike, LIMITER_UNAVAILABLE, TOO_MANY_REQUESTS, windowSizeOf } from './common.js'
 import { type EngineOptions, type HitCount, StoreEngine, type WindowCounter } from './engine.js'
 import { MiddlewareCore, type MiddlewareOptions, type Outcome } from './middleware.js'
+import type { RequestRefund } from './refunds.js'
 
 export type { EngineOptions } from './engine.js'
-export type { LimitOption, Outcome } from './middleware.js'
+export type { LimitOption, Outcome, RequestRefund } from './middleware.js'
 
 const STORE = 'createFastifyStore'
 
@@ -80,6 +81,8 @@ function checkParams(params: Params | undefined, where: string): void {
  * hold. `continueExceeding` and `exponentialBackoff` restart a fixed window, which a sliding
  * window does not have: they are refused when the plugin or the route is registered. A store
  * failure is decided by `onStoreError` ("local" by default), so `skipOnError` only sees other errors.
+ * @fastify/rate-limit has no way to give a hit back (no `skipFailedRequests`): for refunds use
+ * {@link createFastifyHook} with `skipFailedRequests` / `skipSuccessfulRequests`.
  *
  * @example
  * await app.register(rateLimit, { max: 100, timeWindow: 60_000, store: createFastifyStore() })
@@ -166,8 +169,11 @@ export function createFastifyStore(options: FastifyStoreOptions = {}): RateLimit
   return RateLimitingFastifyStore as unknown as RateLimitingFastifyStoreCtor
 }
 
-/** Options of {@link createFastifyHook} and the {@link fastifyRateLimiting} plugin. */
-export interface FastifyMiddlewareOptions extends MiddlewareOptions<FastifyRequest> {
+/**
+ * Options of {@link createFastifyHook} and the {@link fastifyRateLimiting} plugin;
+ * `requestWasSuccessful(request, reply)` defaults to `reply.statusCode < 400`.
+ */
+export interface FastifyMiddlewareOptions extends MiddlewareOptions<FastifyRequest, [FastifyRequest, FastifyReply]> {
   /**
    * Answers a denied request instead of the default (429, or 503 when the store failed and
    * `onStoreError` is "deny", with the headers already set). If it does not send a reply, the
@@ -180,8 +186,38 @@ export interface FastifyMiddlewareOptions extends MiddlewareOptions<FastifyReque
 export type FastifyRateLimitHook = ((request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) => void) & {
   /** Forgets `key` in every limit (fleet-wide with a strategy). */
   resetKey(key: string): Promise<void>
-  /** Stops the hook's own engine (not a `rateLimiting` you passed). */
+  /** Stops the hook's own engine (not a `rateLimiting` you passed), after the refunds in flight. */
   close(): Promise<void>
+  /** Resolves once the refunds started so far are done (in synchronous mode, in the store). */
+  settled(): Promise<void>
+}
+
+type FastifyCore = MiddlewareCore<FastifyRequest, [FastifyRequest, FastifyReply]>
+
+function succeeded(_request: FastifyRequest, reply: FastifyReply): boolean {
+  return reply.statusCode < 400
+}
+
+/**
+ * Settles `refund` when the raw response ends (an onRequest hook has no later hook of its own,
+ * and this works wherever the hook is added): on 'finish' by `requestWasSuccessful`, on a
+ * 'close' before the response was ended as a failure (the client went away).
+ */
+function watchReply(core: FastifyCore, refund: RequestRefund, request: FastifyRequest, reply: FastifyReply): void {
+  const refunds = core.refunds
+  if (refunds === undefined) return
+  const res = reply.raw
+  const ended = (): void => {
+    if (res.writableEnded) refunds.settle(refund, request, reply)
+    else refund.failed()
+  }
+  // the connection may have closed while the decision was awaited
+  if (res.destroyed || res.writableFinished) {
+    ended()
+    return
+  }
+  res.once('finish', ended)
+  res.once('close', ended)
 }
 
 /**
@@ -192,7 +228,7 @@ export type FastifyRateLimitHook = ((request: FastifyRequest, reply: FastifyRepl
  * app.addHook('onRequest', createFastifyHook({ limit: 100, windowMs: 60_000 }))
  */
 export function createFastifyHook(options: FastifyMiddlewareOptions): FastifyRateLimitHook {
-  const core = new MiddlewareCore<FastifyRequest>(options, 'createFastifyHook', (request) => request.ip)
+  const core: FastifyCore = new MiddlewareCore(options, 'createFastifyHook', (request: FastifyRequest) => request.ip, succeeded)
   const handler = options.handler
   if (handler !== undefined && typeof handler !== 'function')
     throw new ConfigError('INVALID_OPTION', 'createFastifyHook: handler must be a function (request, reply, outcome)')
@@ -202,6 +238,7 @@ export function createFastifyHook(options: FastifyMiddlewareOptions): FastifyRat
       done()
       return
     }
+    if (outcome.refund !== undefined) watchReply(core, outcome.refund, request, reply)
     reply.headers(outcome.headers)
     if (outcome.decision.allowed) {
       done()
@@ -246,6 +283,7 @@ export function createFastifyHook(options: FastifyMiddlewareOptions): FastifyRat
   return Object.assign(hook, {
     resetKey: (key: string) => core.limiter.reset(key),
     close: () => core.close(),
+    settled: () => core.settled(),
   })
 }
 

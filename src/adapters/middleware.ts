@@ -1,6 +1,7 @@
 /**
  * The framework-free part of our own middleware (Express, Fastify, Hono): options checked once,
- * then per request skip, key, cost, the decision and the headers.
+ * then per request skip, key, cost, the decision and the headers, and the refund of a request
+ * that failed or succeeded (refunds.ts) when the options ask for it.
  */
 import type { Clock } from '../core/clock.js'
 import { ConfigError, StoreError } from '../core/errors.js'
@@ -9,6 +10,9 @@ import type { Decision, Limiter } from '../core/limiter.js'
 import { RateLimiting } from '../core/rate-limiting.js'
 import { chain, optionError, policyName, show, windowSizeOf, withWindowOption } from './common.js'
 import { checkEngineOptions, defineOwn, type EngineOptions } from './engine.js'
+import { RefundPolicy, type RefundOptions, type RequestRefund } from './refunds.js'
+
+export type { RefundOptions, RequestRefund } from './refunds.js'
 
 /** One limit of a middleware: at most `limit` hits per sliding `windowMs`. */
 export interface LimitOption {
@@ -20,8 +24,11 @@ export interface LimitOption {
   readonly name?: string
 }
 
-/** Options of our middleware, whatever the framework; `Req` is what the callbacks receive. */
-export interface MiddlewareOptions<Req> extends EngineOptions {
+/**
+ * Options of our middleware, whatever the framework; `Req` is what the callbacks receive, `Ends`
+ * what `requestWasSuccessful` receives.
+ */
+export interface MiddlewareOptions<Req, Ends extends readonly unknown[] = [Req]> extends EngineOptions, RefundOptions<Ends> {
   /** Limits checked together; the most restrictive decides. Or use `limit` and `windowMs`. */
   readonly limits?: readonly LimitOption[]
   /** Shorthand for one limit: hits per `windowMs`. */
@@ -52,6 +59,11 @@ export interface Outcome {
   readonly headers: Readonly<Record<string, string>>
   /** 429 when over the limit, 503 when the store failed and `onStoreError` is "deny". */
   readonly status: number
+  /**
+   * With `skipFailedRequests` or `skipSuccessfulRequests`, when the hit was counted: the
+   * middleware settles it when the response ends.
+   */
+  readonly refund?: RequestRefund
 }
 
 const HEADER_MODES: readonly unknown[] = ['draft-6', 'draft-7', 'draft-8', 'draft-9', 'draft-10', 'kong']
@@ -61,8 +73,10 @@ const HEADER_MODES: readonly unknown[] = ['draft-6', 'draft-7', 'draft-8', 'draf
  * errors that name the option), then `run(req)` per request. Each step stays synchronous
  * unless a callback or the store answers a Promise, so a local limiter never waits a tick.
  */
-export class MiddlewareCore<Req> {
+export class MiddlewareCore<Req, Ends extends readonly unknown[] = [Req]> {
   readonly limiter: Limiter
+  /** Undefined when neither skipFailedRequests nor skipSuccessfulRequests is on. */
+  readonly refunds: RefundPolicy<Ends> | undefined
   private readonly clock: Clock
   private readonly owned: RateLimiting | undefined
   private readonly key: (req: Req) => string | Promise<string>
@@ -72,7 +86,13 @@ export class MiddlewareCore<Req> {
   private readonly legacyHeaders: boolean
   private readonly partitionKey: boolean
 
-  constructor(options: MiddlewareOptions<Req>, who: string, defaultKey: ((req: Req) => string) | undefined) {
+  /** `succeeded` is the default `requestWasSuccessful`: the framework's status below 400. */
+  constructor(
+    options: MiddlewareOptions<Req, Ends>,
+    who: string,
+    defaultKey: ((req: Req) => string) | undefined,
+    succeeded: (...args: Ends) => boolean,
+  ) {
     if (typeof options !== 'object' || options === null) throw optionError(who, 'options', 'an object', options)
     const user = checkEngineOptions(options, who)
     const limits = resolveLimits(options, who)
@@ -118,6 +138,8 @@ export class MiddlewareCore<Req> {
     this.headerMode = headers
     this.legacyHeaders = legacyHeaders
     this.partitionKey = partitionKey
+    const maxCost = Math.min(...limits.map((l) => l.limit))
+    this.refunds = RefundPolicy.of(options, who, succeeded, this.limiter, maxCost, user === undefined ? options.onError : undefined)
   }
 
   /** Decides one request; `undefined` when `skip` said so. */
@@ -127,9 +149,15 @@ export class MiddlewareCore<Req> {
     return chain(skip(req), (skipped) => (skipped === true ? undefined : this.withoutSkip(req)))
   }
 
-  /** Stops the middleware's own engine; a no-op when it uses your `rateLimiting`. */
+  /** Stops the middleware's own engine (after the refunds in flight); a no-op when it uses your `rateLimiting`. */
   async close(): Promise<void> {
+    await this.refunds?.settled()
     await this.owned?.close()
+  }
+
+  /** Resolves once the refunds started so far are done (in synchronous mode, in the store). */
+  settled(): Promise<void> {
+    return this.refunds === undefined ? Promise.resolve() : this.refunds.settled()
   }
 
   private withoutSkip(req: Req): Outcome | Promise<Outcome> {
@@ -137,11 +165,18 @@ export class MiddlewareCore<Req> {
       if (typeof key !== 'string' || key.length === 0)
         throw new TypeError(`the rate-limit key must be a non-empty string, got ${show(key)}; pass a key function`)
       const cost = this.cost
-      return chain(typeof cost === 'number' ? cost : cost(req), (c) => chain(this.limiter.hit(key, c), (d) => this.outcome(key, d)))
+      const refunds = this.refunds
+      if (refunds === undefined)
+        return chain(typeof cost === 'number' ? cost : cost(req), (c) => chain(this.limiter.hit(key, c), (d) => this.outcome(key, d)))
+      return chain(typeof cost === 'number' ? cost : cost(req), (c) => {
+        // the hit's own time: its refund goes to the window that counted it
+        const atMs = this.clock()
+        return chain(this.limiter.hit(key, c), (d) => this.outcome(key, d, refunds.ticket(d, key, c, atMs)))
+      })
     })
   }
 
-  private outcome(key: string, decision: Decision): Outcome {
+  private outcome(key: string, decision: Decision, refund?: RequestRefund): Outcome {
     const headers =
       this.headerMode === false ? {} : rateLimitHeaders(decision, this.headerMode, this.partitionKey ? { partitionKey: key } : {})
     if (this.legacyHeaders) {
@@ -150,7 +185,7 @@ export class MiddlewareCore<Req> {
       headers['X-RateLimit-Reset'] = String(Math.ceil((this.clock() + decision.resetMs) / 1000))
     }
     const status = decision.allowed ? 200 : decision.storeError instanceof StoreError ? 503 : 429
-    return { key, decision, headers, status }
+    return refund === undefined ? { key, decision, headers, status } : { key, decision, headers, status, refund }
   }
 }
 
@@ -162,7 +197,7 @@ interface ResolvedLimit {
   readonly name: string
 }
 
-function resolveLimits<Req>(options: MiddlewareOptions<Req>, who: string): ResolvedLimit[] {
+function resolveLimits(options: Pick<MiddlewareOptions<unknown>, 'limits' | 'limit' | 'windowMs'>, who: string): ResolvedLimit[] {
   const { limits, limit, windowMs } = options
   let list: readonly LimitOption[]
   if (limits !== undefined) {

@@ -7,6 +7,7 @@ import { promisify } from 'node:util'
 import { createExpressApp } from '../../examples/express-rate-limit-store.js'
 import { buildFastifyApp } from '../../examples/fastify-store.js'
 import { createHonoApp } from '../../examples/hono-middleware.js'
+import { createRefundsApp } from '../../examples/refunds.js'
 import { createFakeClock, MemoryStrategy } from '../../src/index.js'
 import { SHARED_MYSQL_URL } from '../support/mariadb-server.js'
 
@@ -37,6 +38,27 @@ describe('examples', () => {
         s.close()
       }
       await strategy.close()
+    }
+  })
+
+  it('refunds: the failed calls to a flaky upstream (and the 429s) give their hit back, over real HTTP', async () => {
+    const app = createRefundsApp({ limit: 3, clock: createFakeClock(1_699_999_980_000).now })
+    const server = app.listen(0, '127.0.0.1')
+    try {
+      await once(server, 'listening')
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/flaky`
+      const codes: number[] = []
+      for (let i = 0; i < 7; i++) {
+        const res = await fetch(url)
+        await res.arrayBuffer()
+        codes.push(res.status)
+        await new Promise((resolve) => setImmediate(resolve)) // the response's 'finish' listeners have run
+      }
+      assert.deepEqual(codes, [200, 502, 200, 502, 200, 429, 429], 'three successes use up the limit of 3')
+    } finally {
+      server.closeAllConnections()
+      server.close()
+      await app.close()
     }
   })
 
