@@ -2,6 +2,7 @@ import { SLOT, type WindowTable } from './counter-table.js'
 
 // The slot layout, read once when the module loads (counter-table.ts defines it, next to the hot path).
 const { STRIDE, START, CUR_MINE, CUR_ACKED, PREV_MINE, PREV_ACKED, REFERENCED } = SLOT
+import { PRED_STRIDE } from './predict.js'
 import { windowStartMs } from './window.js'
 
 const INITIAL_CAPACITY = 1024
@@ -40,6 +41,8 @@ export class CounterDict {
   readonly maxKeys: number
   readonly tables: WindowTable[] = []
   data: Float64Array
+  /** The estimator's columns per slot (predict.ts), made when a table predicts; else empty. */
+  pred = new Float64Array(0)
   flags: Uint8Array
   owner: Uint16Array
   keys: (string | undefined)[] = []
@@ -60,6 +63,15 @@ export class CounterDict {
     this.data = new Float64Array(this.capacity * STRIDE)
     this.flags = new Uint8Array(this.capacity)
     this.owner = new Uint16Array(this.capacity)
+  }
+
+  /** Makes (or grows) the estimator's columns: a table of this dict predicts. */
+  enablePrediction(): void {
+    const size = Math.max(this.capacity, this.data.length / STRIDE) * PRED_STRIDE
+    if (this.pred.length >= size) return
+    const pred = new Float64Array(size)
+    pred.set(this.pred)
+    this.pred = pred
   }
 
   /** Registers a window table (one namespace and size); returns its index in the dict. */
@@ -104,6 +116,7 @@ export class CounterDict {
     this.tables[this.owner[slot] as number]?.slots.delete(key)
     this.keys[slot] = undefined
     this.data.fill(0, slot * STRIDE, slot * STRIDE + STRIDE)
+    if (this.pred.length > 0) this.pred.fill(0, slot * PRED_STRIDE, slot * PRED_STRIDE + PRED_STRIDE)
     this.flags[slot] = 0
     this.free.push(slot)
     this.held--
@@ -178,6 +191,7 @@ export class CounterDict {
     const owner = new Uint16Array(capacity)
     owner.set(this.owner)
     this.data = data
+    if (this.pred.length > 0) this.enablePrediction()
     this.flags = flags
     this.owner = owner
     this.capacity = capacity

@@ -1,6 +1,7 @@
 import type { CounterDict } from './counter-dict.js'
+import { estimate, observe } from './predict.js'
 import type { CounterRow, WindowPush, WindowRef } from './strategy.js'
-import { previousWeight, slidingRate, windowStartMs } from './window.js'
+import { slidingRate, windowStartMs } from './window.js'
 
 // Columns of one slot (a key in one window size), in one Float64Array: one allocation for the
 // whole dict, and about 56 bytes per key-window instead of an object per key. Defined here, where
@@ -50,6 +51,8 @@ export class WindowTable {
   readonly synced: boolean
   /** Whether a hit queues its key for the next periodic sync (see {@link collect}). */
   readonly queuesHits: boolean
+  /** With prediction (predict.ts), the longest time its estimate covers, ms (the sync interval); else 0. */
+  readonly predictMs: number
   readonly slots = new Map<string, number>()
   /** Outcome of the last `decide()`. */
   lastAllowed = false
@@ -67,8 +70,10 @@ export class WindowTable {
   // The round-robin over every held key that refreshes idle ones, a slice per sync.
   private sweeper: IterableIterator<number> | undefined
 
-  constructor(dict: CounterDict, namespace: string, sizeMs: number, synced: boolean, queuesHits: boolean) {
+  constructor(dict: CounterDict, namespace: string, sizeMs: number, synced: boolean, queuesHits: boolean, predictMs = 0) {
     this.dict = dict
+    this.predictMs = predictMs
+    if (predictMs > 0) dict.enablePrediction()
     this.namespace = namespace
     this.sizeMs = sizeMs
     this.sizeSec = sizeMs / 1000
@@ -122,7 +127,8 @@ export class WindowTable {
     const start = nowMs < this.endMs && nowMs >= this.startMs ? this.startMs : this.moveTo(nowMs)
     if ((d[base + START] as number) < start) this.roll(base, start)
     if (this.dict.flags[slot] !== HIT_FLAGS) this.touch(slot)
-    const rate = slotRate(d, base, (this.endMs - nowMs) / this.sizeMs)
+    let rate = slotRate(d, base, (this.endMs - nowMs) / this.sizeMs)
+    if (this.predictMs > 0) rate += estimate(this.dict.pred, slot, nowMs, this.predictMs)
     const allowed = rate + cost <= limit
     this.lastAllowed = allowed
     if (!allowed && (!countDenied || cost > limit)) return rate
@@ -142,36 +148,13 @@ export class WindowTable {
     const start = nowMs < this.endMs && nowMs >= this.startMs ? this.startMs : this.moveTo(nowMs)
     if ((d[base + START] as number) < start) this.roll(base, start)
     if (this.dict.flags[slot] !== HIT_FLAGS) this.touch(slot)
-    const rate = slotRate(d, base, (this.endMs - nowMs) / this.sizeMs)
+    let rate = slotRate(d, base, (this.endMs - nowMs) / this.sizeMs)
+    if (this.predictMs > 0) rate += estimate(this.dict.pred, slot, nowMs, this.predictMs)
     if (curDiff === undefined) return rate
     return rate + curDiff - ((d[base + CUR_MINE] as number) - (d[base + CUR_ACKED] as number))
   }
 
-  /**
-   * The rate of `key` as the store answered one push (synchronous mode): concurrent hits of this
-   * process that were sent later are not in it, so the store's order decides between concurrent
-   * hits. The previous window is the store's answer, or when the push did not read it (it was
-   * read recently, see PreviousReads) the value held since. Without rows (the store failed,
-   * onStoreError "local") it is the local estimate.
-   */
-  rowsRate(key: string, rows: readonly CounterRow[] | undefined, nowMs: number): number {
-    if (rows === undefined) return this.rate(key, nowMs)
-    const size = this.sizeMs
-    const start = windowStartMs(nowMs, size)
-    let current: number | undefined
-    let previous: number | undefined
-    for (let i = 0; i < rows.length; i++) {
-      const row = rows[i] as CounterRow
-      if (row.key !== key || row.windowSizeMs !== size) continue
-      if (row.windowStartMs === start) current = row.count
-      else if (row.windowStartMs === start - size) previous = row.count
-    }
-    if (current === undefined) return this.rate(key, nowMs)
-    if (previous === undefined) previous = this.counts(key, nowMs).previous
-    return slidingRate(current, previous, previousWeight(nowMs, size))
-  }
-
-  /** Current and previous window totals (this process's hits included) of `key` at `nowMs`. */
+  /** Current (with any prediction) and previous window totals, this process's hits included, of `key` at `nowMs`. */
   counts(key: string, nowMs: number): { current: number; previous: number } {
     const slot = this.slots.get(key)
     if (slot === undefined) return { current: 0, previous: 0 }
@@ -179,8 +162,9 @@ export class WindowTable {
     const base = slot * STRIDE
     const start = windowStartMs(nowMs, this.sizeMs)
     if ((d[base + START] as number) < start) this.roll(base, start)
+    const predicted = this.predictMs > 0 ? estimate(this.dict.pred, slot, nowMs, this.predictMs) : 0
     return {
-      current: (d[base + CUR_MINE] as number) + (d[base + CUR_OTHERS] as number),
+      current: (d[base + CUR_MINE] as number) + (d[base + CUR_OTHERS] as number) + predicted,
       previous: (d[base + PREV_MINE] as number) + (d[base + PREV_OTHERS] as number),
     }
   }
@@ -304,6 +288,8 @@ export class WindowTable {
     else if (row.windowStartMs === slotStart - sizeMs) mine = PREV_MINE
     else return
     d[base + mine + 1] = row.own // acked
+    if (this.predictMs > 0 && mine === CUR_MINE)
+      observe(this.dict.pred, slot, d[base + CUR_OTHERS] as number, row.count - row.own, slotStart, nowMs)
     d[base + mine + 2] = row.count - row.own // others
     if (this.queuesHits && d[base + mine] !== row.own) this.queueSlot(slot)
   }

@@ -6,6 +6,7 @@ import { AppliedLimits, compileLimits, type Limit } from './limit-set.js'
 import type { Decision, HitOptions, LimiterOptions, LimitState, WindowCounts } from './limiter-types.js'
 import { KeyLists, listedDecision, type ListVerdict } from './key-lists.js'
 import type { Namespace } from './namespace.js'
+import { rowsRate } from './previous-reads.js'
 import { type RefundOptions, refundTime, takeBack } from './refund.js'
 import type { CounterRow } from './strategy.js'
 import { retryAfterMs as computeRetryAfterMs } from './window.js'
@@ -228,7 +229,7 @@ export class Limiter {
     let admissible = true
     for (let i = 0; i < this.limits.length; i++) {
       const l = this.limits[i] as Limit
-      const rate = l.table.rowsRate(key, rows, nowMs)
+      const rate = rowsRate(l.table, key, rows, nowMs)
       this.rates[i] = rate
       this.before[i] = rate
       if (rate + cost > (applied[i] as number)) allowed = false
@@ -266,7 +267,7 @@ export class Limiter {
     let allowed = true
     for (let i = 0; i < this.limits.length; i++) {
       const l = this.limits[i] as Limit
-      const rate = l.table.rowsRate(key, rows, nowMs)
+      const rate = rowsRate(l.table, key, rows, nowMs)
       this.rates[i] = rate
       this.before[i] = rate - cost
       if (rate > (applied[i] as number)) allowed = false

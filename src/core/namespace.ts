@@ -4,6 +4,7 @@ import type { CounterDict, DictStats } from './counter-dict.js'
 import { WindowTable } from './counter-table.js'
 import { usageRangeError, usageTypeError } from './errors.js'
 import type { OnStoreError, ResolvedNamespaceOptions, SyncMode } from './options.js'
+import { rowsRate } from './previous-reads.js'
 import { StoreLink, type StrategyResolver } from './store-link.js'
 import type { CounterRow } from './strategy.js'
 import { SyncLoop } from './sync-loop.js'
@@ -65,7 +66,10 @@ export class Namespace {
     this.onStoreError = options.onStoreError
     this.dict = dict
     const synced = options.mode !== 'local'
-    this.tables = options.windowSizesMs.map((ms) => new WindowTable(dict, options.namespace, ms, synced, options.mode === 'periodic'))
+    const periodic = options.mode === 'periodic'
+    // prediction covers at most one sync interval (predict.ts)
+    const predictMs = periodic && options.predict ? options.syncRate * 1000 : 0
+    this.tables = options.windowSizesMs.map((ms) => new WindowTable(dict, options.namespace, ms, synced, periodic, predictMs))
     const strategy = options.strategy
     this.decimals =
       !synced || (typeof strategy === 'object' ? strategy.supportsDecimals : resolveStrategy.supportsDecimals(strategy as string))
@@ -117,7 +121,7 @@ export class Namespace {
     const nowMs = this.clock()
     if (this.mode !== 'synchronous') return table.add(key, value, nowMs)
     table.add(key, value, nowMs)
-    return this.pushKey(key, [table], nowMs, value !== 0).then((rows) => table.rowsRate(key, rows, nowMs))
+    return this.pushKey(key, [table], nowMs, value !== 0).then((rows) => rowsRate(table, key, rows, nowMs))
   }
 
   slidingWindow(key: string, windowSize: number, curDiff?: number): number | Promise<number> {
@@ -129,7 +133,7 @@ export class Namespace {
     const nowMs = this.clock()
     if (this.mode !== 'synchronous') return table.rate(key, nowMs, curDiff)
     return this.pushKey(key, [table], nowMs).then((rows) =>
-      curDiff === undefined ? table.rowsRate(key, rows, nowMs) : table.rate(key, nowMs, curDiff),
+      curDiff === undefined ? rowsRate(table, key, rows, nowMs) : table.rate(key, nowMs, curDiff),
     )
   }
 

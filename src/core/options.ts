@@ -49,6 +49,13 @@ export interface NamespaceOptions {
    * @default 30_000
    */
   idleRefreshMs?: number
+  /**
+   * Periodic mode: add to each decision an estimate of the hits other processes made since the
+   * last sync (their rate between the last two syncs × the time since, at most one sync
+   * interval): a view only, never stored (docs/ARCHITECTURE.md, "Prediction").
+   * @default false
+   */
+  predict?: boolean
   /** Identifies this process to the store; random by default. Must be unique per live process. */
   nodeId?: string
   /** Called with every store failure (the engine itself never prints). */
@@ -75,6 +82,7 @@ export interface ResolvedNamespaceOptions {
   readonly autoSync: boolean
   readonly batchSize: number
   readonly idleRefreshMs: number
+  readonly predict: boolean
   readonly nodeId: string | undefined
   readonly onError: ((error: Error) => void) | undefined
 }
@@ -109,6 +117,7 @@ export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: stri
     'autoSync',
     'batchSize',
     'idleRefreshMs',
+    'predict',
     'nodeId',
     'onError',
   ])
@@ -171,6 +180,8 @@ export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: stri
   const batchSize = o.batchSize ?? 2048
   if (typeof batchSize !== 'number' || !Number.isInteger(batchSize) || batchSize < 1)
     throw invalid('batchSize', 'a positive integer', batchSize)
+  const predict = o.predict ?? false
+  if (typeof predict !== 'boolean') throw invalid('predict', 'a boolean', predict)
   const idleRefreshMs = o.idleRefreshMs ?? 30_000
   if (typeof idleRefreshMs !== 'number' || !Number.isFinite(idleRefreshMs) || idleRefreshMs <= 0)
     throw invalid('idleRefreshMs', 'a positive number of ms', idleRefreshMs)
@@ -195,6 +206,7 @@ export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: stri
     autoSync,
     batchSize,
     idleRefreshMs,
+    predict,
     nodeId: nodeId as string | undefined,
     onError: onError as ((error: Error) => void) | undefined,
   }

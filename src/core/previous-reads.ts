@@ -1,6 +1,6 @@
 import type { WindowTable } from './counter-table.js'
 import type { CounterRow } from './strategy.js'
-import { windowStartMs } from './window.js'
+import { previousWeight, slidingRate, windowStartMs } from './window.js'
 
 // Synchronous mode reads a key's previous (closed) window from the store at most once per
 // period of this length (a tenth of the window for windows under 10 s), and in between uses the
@@ -69,4 +69,28 @@ export class PreviousReads {
     }
     return undefined
   }
+}
+
+/**
+ * The rate of `key` in `table` as the store answered one push (synchronous mode): concurrent
+ * hits of this process that were sent later are not in it, so the store's order decides between
+ * concurrent hits. The previous window is the store's answer, or when the push did not read it
+ * (it was read recently, see {@link PreviousReads}) the value held since. Without rows (the store
+ * failed, onStoreError "local") it is the local estimate.
+ */
+export function rowsRate(table: WindowTable, key: string, rows: readonly CounterRow[] | undefined, nowMs: number): number {
+  if (rows === undefined) return table.rate(key, nowMs)
+  const size = table.sizeMs
+  const start = windowStartMs(nowMs, size)
+  let current: number | undefined
+  let previous: number | undefined
+  for (let i = 0; i < rows.length; i++) {
+    const row = rows[i] as CounterRow
+    if (row.key !== key || row.windowSizeMs !== size) continue
+    if (row.windowStartMs === start) current = row.count
+    else if (row.windowStartMs === start - size) previous = row.count
+  }
+  if (current === undefined) return table.rate(key, nowMs)
+  if (previous === undefined) previous = table.counts(key, nowMs).previous
+  return slidingRate(current, previous, previousWeight(nowMs, size))
 }

@@ -124,13 +124,13 @@ const IDLE_KEYS = Array.from({ length: 600 }, (_, i) => `idle-${i}`)
  * limit or whose push failed, plus a slice of the idle keys), and the instances hold 600 idle
  * keys, so no sync sees everything.
  */
-async function run(under: StoreUnderTest, ops: Op[], timerSyncs = false): Promise<void> {
+async function run(under: StoreUnderTest, ops: Op[], timerSyncs = false, predict = false): Promise<void> {
   const clock = createFakeClock(T0)
   const store = under.make()
   const model = new Model()
   const instances = Array.from({ length: INSTANCES }, (_, i) => {
     const rl = RateLimiting.newInstance(`node-${i}`)
-    rl.new({ windowSizes: [SIZE], syncRate: 1, strategy: store, clock: clock.now, autoSync: false, onError: () => {} })
+    rl.new({ windowSizes: [SIZE], syncRate: 1, strategy: store, clock: clock.now, autoSync: false, onError: () => {}, predict })
     return rl
   })
   const sync = (rl: RateLimiting) => (timerSyncs ? rl.namespace('default').sync(false) : rl.sync())
@@ -240,6 +240,16 @@ async function run(under: StoreUnderTest, ops: Op[], timerSyncs = false): Promis
       assert.equal(rl.slidingWindow(key, SIZE), model.rate(key, now), `instance ${i}, key ${key}`)
     }
   }
+  if (predict) {
+    // the estimate is a view only and, after a full sync round with no traffic, zero: time
+    // passing adds nothing to any view
+    clock.advance(700)
+    for (const [i, rl] of instances.entries()) {
+      for (const key of keys) {
+        assert.equal(rl.slidingWindow(key, SIZE), model.rate(key, clock.now()), `prediction: instance ${i}, key ${key}`)
+      }
+    }
+  }
 }
 
 for (const under of [memory, onRedis]) {
@@ -254,6 +264,15 @@ for (const under of [memory, onRedis]) {
     it('every instance agrees with the model when every sync is a timer-driven one, whatever the faults', async () => {
       await fc.assert(
         fc.asyncProperty(fc.array(opArb, { minLength: 1, maxLength: 60 }), (ops) => run(under, ops, true)),
+        { numRuns: under.runs.timerSyncs },
+      )
+    })
+
+    it('with prediction on: the same invariants, and no estimate left after a sync round with no traffic', async () => {
+      await fc.assert(
+        fc.asyncProperty(fc.array(opArb, { minLength: 1, maxLength: 60 }), fc.boolean(), (ops, timerSyncs) =>
+          run(under, ops, timerSyncs, true),
+        ),
         { numRuns: under.runs.timerSyncs },
       )
     })
