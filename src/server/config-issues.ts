@@ -75,7 +75,11 @@ export function issueOf(error: ErrorObject, raw: unknown): { path: string[]; mes
         CONFIG_SCHEMA,
         path.flatMap((p) => ['properties', p]),
       )
-      const allowed = Object.keys((parent as { properties?: Raw } | undefined)?.properties ?? {})
+      // an override's keys: its mapping sits under a user id, which the schema does not name
+      const allowed =
+        path[path.length - 2] === 'overrides'
+          ? ['max-requests']
+          : Object.keys((parent as { properties?: Raw } | undefined)?.properties ?? {})
       const hint = allowed.length > 0 ? `; expected one of ${allowed.join(', ')}` : ''
       return {
         path: [...path, String(params.additionalProperty)],
@@ -100,7 +104,7 @@ export function issueOf(error: ErrorObject, raw: unknown): { path: string[]; mes
     case 'type':
       return {
         path,
-        message: `must be ${params.type === 'integer' ? 'an integer' : `a ${String(params.type)}`}, got ${got}`,
+        message: `must be ${params.type === 'integer' ? 'an integer' : params.type === 'object' ? 'a mapping' : `a ${String(params.type)}`}, got ${got}`,
       }
     case 'propertyNames':
       return undefined

@@ -10,16 +10,28 @@ export const HEADER_MODES = ['draft-6', 'draft-7', 'draft-8', 'draft-9', 'draft-
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 /** Policy names: they appear in URLs, metrics labels and store namespaces. */
 export const POLICY_NAME_PATTERN = '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$'
+/** The largest `max-requests` (and per-user override) a policy may have. */
+export const MAX_REQUESTS_LIMIT = 1_000_000_000
 
 const policyProperties = {
   'use-algo': { enum: ALGORITHMS },
-  'max-requests': { type: 'integer', minimum: 1, maximum: 1_000_000_000 },
+  'max-requests': { type: 'integer', minimum: 1, maximum: MAX_REQUESTS_LIMIT },
   'window-size': { type: 'integer', minimum: 1, maximum: 31_536_000 },
   'sync-rate': { type: 'number', maximum: 86_400 },
   'shadow-mode': { type: 'boolean' },
   // exact keys, IP addresses and CIDR ranges (config-lists.ts checks each); [] clears an inherited list
   'deny-list': { type: 'array', items: { type: 'string', minLength: 1 } },
   'allow-list': { type: 'array', items: { type: 'string', minLength: 1 } },
+  // user id -> its own limit in this policy (config-overrides.ts checks the ids); not inherited
+  overrides: {
+    type: 'object',
+    additionalProperties: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['max-requests'],
+      properties: { 'max-requests': { type: 'integer', minimum: 1, maximum: MAX_REQUESTS_LIMIT } },
+    },
+  },
 } as const
 
 const stringList = {
@@ -71,6 +83,8 @@ export const CONFIG_SCHEMA = {
         'key-prefix': { type: 'string', pattern: '^[^{}\\s]{1,50}$' },
         'hash-tag': { type: 'boolean' },
         'on-store-error': { enum: FAIL_POLICIES },
+        // seconds between two reads of the runtime overrides' version in the store
+        'overrides-refresh': { type: 'number', minimum: 0.01, maximum: 3600 },
       },
     },
     policies: {

@@ -7,6 +7,7 @@ import { ALGORITHMS, CONFIG_SCHEMA, type FAIL_POLICIES, type LOG_LEVELS, type ST
 import { applyEnv, type ConfigEnv, type Raw, section } from './config-env.js'
 import { type GatewayConfig, gatewayOf } from './config-gateway.js'
 import { listIssues, policyListsOf } from './config-lists.js'
+import { overrideIssues, overridesOf } from './config-overrides.js'
 import { urlProblems } from './config-urls.js'
 
 export { type ConfigEnv } from './config-env.js'
@@ -46,6 +47,8 @@ export interface PolicyConfig {
   readonly denyList: readonly string[]
   /** Keys, IP addresses and CIDR ranges never limited nor counted (`allow-list`; inherited from `rate-limiter`). */
   readonly allowList: readonly string[]
+  /** User id → its own max-requests in this policy (`overrides`; not inherited from `rate-limiter`). */
+  readonly overrides: ReadonlyMap<string, number>
 }
 
 /** The `store` section. */
@@ -101,6 +104,8 @@ export interface ServiceConfig {
   /** Wrap user ids in braces in Redis keys (a Redis Cluster hash tag): an opt-in, off by default. */
   readonly hashTag: boolean
   readonly onStoreError: FailPolicy
+  /** Seconds between two reads of the runtime overrides' version in the store (`rate-limiter.overrides-refresh`). */
+  readonly overridesRefresh: number
   /** Every policy by name; "default" (the `rate-limiter` section) first. */
   readonly policies: ReadonlyMap<string, PolicyConfig>
   readonly store: StoreConfig
@@ -139,7 +144,7 @@ function schemaIssues(raw: Raw): Array<{ path: string[]; message: string }> {
   return found
 }
 
-function policyOf(name: string, raw: Raw, base: Omit<PolicyConfig, 'name'>): PolicyConfig {
+function policyOf(name: string, raw: Raw, base: Omit<PolicyConfig, 'name' | 'overrides'>): PolicyConfig {
   return {
     name,
     algo: (raw['use-algo'] as AlgorithmName | undefined) ?? base.algo,
@@ -148,6 +153,7 @@ function policyOf(name: string, raw: Raw, base: Omit<PolicyConfig, 'name'>): Pol
     syncRate: (raw['sync-rate'] as number | undefined) ?? base.syncRate,
     shadowMode: (raw['shadow-mode'] as boolean | undefined) ?? base.shadowMode,
     ...policyListsOf(raw, base),
+    overrides: overridesOf(raw),
   }
 }
 
@@ -229,6 +235,7 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
     issues.push({ path: ['store', 'batch-across-slots'], message: 'is for one Redis server (url); a cluster needs one call per slot' })
   issues.push(...urlProblems(storeType, store))
   listIssues(raw, issues)
+  overrideIssues(raw, (server['max-user-id-length'] as number | undefined) ?? 256, issues)
   const gateway = gatewayOf(raw, source, storeType, defaultSyncRate, issues)
   const requestTimeoutMs = (server['request-timeout-ms'] as number | undefined) ?? 10_000
   const headersTimeoutMs = (server['headers-timeout-ms'] as number | undefined) ?? Math.min(5_000, requestTimeoutMs)
@@ -257,6 +264,7 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
     keyPrefix: (limiter['key-prefix'] as string | undefined) ?? 'rlaas:rate_limit',
     hashTag: (limiter['hash-tag'] as boolean | undefined) ?? false,
     onStoreError: (limiter['on-store-error'] as FailPolicy | undefined) ?? 'error',
+    overridesRefresh: (limiter['overrides-refresh'] as number | undefined) ?? 1,
     policies,
     store: {
       type: storeType,

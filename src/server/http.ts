@@ -18,6 +18,8 @@ import {
   shadowHeaders,
 } from './http-responses.js'
 import type { ServiceMetrics } from './metrics.js'
+import { withOverride } from './overrides.js'
+import { answerOverrides, OVERRIDES_PATH } from './overrides-http.js'
 import type { Policy, Runtime } from './runtime.js'
 import type { ShadowLog } from './shadow-log.js'
 import type { EnvoyRequest, EnvoyResponse } from './gateway/envoy-decide.js'
@@ -137,13 +139,15 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
     req: IncomingMessage,
     res: ServerResponse,
     runtime: Runtime,
-    policy: Policy,
+    configured: Policy,
     userId: string,
     cost: number,
     deniedStatus: number,
   ): void {
     // the connection was closed or is closing since the request arrived: no answer can reach the client
     if (!req.socket.writable) return
+    // the user's own limit, when it has an override: the same counters, the limit it applies
+    const policy = withOverride(configured, userId)
     runtime.enter()
     const started = performance.now()
     // verdict: a deny or allow list decided, the algorithm was not asked
@@ -239,8 +243,9 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
       sendError(res, 400, 'invalid_request', problem)
       return
     }
-    const policy = policyOf(runtime, res, query === '' ? undefined : (new URLSearchParams(query).get('policy') ?? undefined))
-    if (policy === undefined) return
+    const configured = policyOf(runtime, res, query === '' ? undefined : (new URLSearchParams(query).get('policy') ?? undefined))
+    if (configured === undefined) return
+    const policy = withOverride(configured, userId)
     runtime.enter()
     const fail = (err: unknown) => {
       runtime.leave()
@@ -358,6 +363,8 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
         } else sendError(res, 405, 'method_not_allowed', `${req.method} is not allowed here; use POST`, { allow: 'POST' })
       } else if (path.startsWith('/v1/users/')) {
         user(req, res, path.slice('/v1/users/'.length), q < 0 ? '' : url.slice(q + 1))
+      } else if (path.startsWith(OVERRIDES_PATH)) {
+        answerOverrides(req, res, ctx.runtime(), path.slice(OVERRIDES_PATH.length), ctx)
       } else if (path.startsWith(FORWARD_AUTH_PATH)) {
         forwardAuth(req, res, ctx.runtime(), path, q < 0 ? '' : url.slice(q + 1), forwardAuthGate)
       } else if (path === '/healthz') {

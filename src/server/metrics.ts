@@ -1,6 +1,7 @@
 import { Counter, collectDefaultMetrics, Gauge, type Metric, Registry } from 'prom-client'
 import { GatewayMetrics } from './gateway/gateway-metrics.js'
 import { LatencyHistogram, type MetricValue } from './latency-histogram.js'
+import { registerOverridesGauge } from './overrides.js'
 import type { Policy, Runtime } from './runtime.js'
 
 export { LATENCY_BUCKETS } from './latency-histogram.js'
@@ -223,6 +224,7 @@ export class ServiceMetrics {
         }
       },
     })
+    registerOverridesGauge(this.registry, current)
     if (options.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry })
   }
 

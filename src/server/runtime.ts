@@ -11,6 +11,8 @@ import type { AlgorithmName, PolicyConfig, ServiceConfig } from './config.js'
 import { CounterAlgorithm, CounterEngine } from './counter-algorithm.js'
 import type { DomainConfigSet } from './gateway/domains.js'
 import { EnvoyAlgorithms } from './gateway/envoy-rules.js'
+import { PolicyOverrides, RuntimeOverrides } from './overrides.js'
+import { openOverrideBackend } from './overrides-store.js'
 import { openStore, type StoreHandle, storeSignature } from './stores.js'
 
 /** A policy ready to decide: its config and its algorithm. */
@@ -27,6 +29,8 @@ export interface Policy {
   readonly shadowMode: boolean
   /** The policy's deny and allow lists, checked before the algorithm; undefined when it has none. */
   readonly lists: KeyLists | undefined
+  /** Per-user limits (the config's and the runtime ones): `overrides.resolve(userId)` is the policy to decide with. */
+  readonly overrides: PolicyOverrides
 }
 
 /** Hooks a runtime reports through, and what it runs on. */
@@ -54,6 +58,8 @@ export class Runtime {
   readonly states: ReadonlyMap<string, RateLimitAlgorithm>
   /** The algorithms of the Envoy domain files' rules (an empty rule set without `envoy.domains`). */
   readonly envoy: EnvoyAlgorithms
+  /** The runtime overrides of the store (kept by a reload that keeps the store). */
+  readonly overrides: RuntimeOverrides
   private inflight = 0
   private retired: (() => void) | undefined
 
@@ -63,8 +69,10 @@ export class Runtime {
     policies: Map<string, Policy>,
     states: Map<string, RateLimitAlgorithm>,
     envoy: EnvoyAlgorithms,
+    overrides: RuntimeOverrides,
   ) {
     this.config = config
+    this.overrides = overrides
     this.envoy = envoy
     this.store = store
     this.policies = policies
@@ -105,7 +113,13 @@ export class Runtime {
     const policies = new Map<string, Policy>()
     const states = new Map<string, RateLimitAlgorithm>()
     const made: CounterEngine[] = []
+    let overrides: RuntimeOverrides | undefined = sameStore ? previous?.overrides : undefined
     try {
+      if (overrides === undefined) {
+        const onError = (err: Error) => hooks.onStoreError('overrides', err)
+        overrides = new RuntimeOverrides(await openOverrideBackend(config, store, onError), onError)
+        await overrides.start(config.overridesRefresh)
+      }
       for (const p of config.policies.values()) {
         const signature = stateSignature(p, store, config.hashTag)
         const kept = sameStore ? previous?.states.get(signature) : undefined
@@ -117,7 +131,8 @@ export class Runtime {
           if (algorithm instanceof CounterAlgorithm) made.push(algorithm.engine)
         }
         states.set(signature, algorithm)
-        policies.set(p.name, {
+        const perUser = new PolicyOverrides(p.name, p.overrides, overrides)
+        const policy: Policy = {
           name: p.name,
           algo: p.algo,
           limit: p.maxRequests,
@@ -126,11 +141,14 @@ export class Runtime {
           engine: algorithm instanceof CounterAlgorithm ? algorithm.engine : undefined,
           shadowMode: p.shadowMode || config.gateway.shadowMode,
           lists: KeyLists.compile(p.denyList, p.allowList, { deny: `${p.name}.deny-list`, allow: `${p.name}.allow-list` }),
-        })
+          overrides: perUser,
+        }
+        perUser.bind(policy)
+        policies.set(p.name, policy)
       }
     } catch (err) {
       await Promise.allSettled(made.map((e) => e.close()))
-      if (!sameStore) await store.close().catch(() => undefined)
+      if (!sameStore) await Promise.allSettled([overrides?.close(), store.close()])
       throw err
     }
     let envoy: EnvoyAlgorithms
@@ -138,10 +156,12 @@ export class Runtime {
       envoy = await EnvoyAlgorithms.create(domains, config, store, hooks, sameStore ? previous?.envoy : undefined)
     } catch (err) {
       await Promise.allSettled(made.map((e) => e.close()))
-      if (!sameStore) await store.close().catch(() => undefined)
+      if (!sameStore) await Promise.allSettled([overrides.close(), store.close()])
       throw err
     }
-    return new Runtime(config, store, policies, states, envoy)
+    // a kept store keeps its poll; `overrides-refresh` may have changed
+    overrides.poll(config.overridesRefresh)
+    return new Runtime(config, store, policies, states, envoy, overrides)
   }
 
   /** Marks a request as using this runtime. */
@@ -165,6 +185,7 @@ export class Runtime {
     const closing: Promise<unknown>[] = []
     for (const p of this.policies.values()) if (p.engine !== undefined && !keptEngines.has(p.engine)) closing.push(p.engine.close())
     closing.push(this.envoy.close(next?.envoy))
+    if (next?.store !== this.store) closing.push(this.overrides.close())
     const results = await Promise.allSettled(closing)
     if (next?.store !== this.store) await this.store.close()
     const failed = results.find((r) => r.status === 'rejected')

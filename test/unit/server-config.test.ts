@@ -32,6 +32,7 @@ describe('service config', () => {
       shadowMode: false,
       denyList: [],
       allowList: [],
+      overrides: new Map(),
     })
     assert.equal(c.keyPrefix, 'rlaas:rate_limit')
     assert.equal(c.onStoreError, 'error')
@@ -68,6 +69,7 @@ describe('service config', () => {
       shadowMode: false,
       denyList: [],
       allowList: [],
+      overrides: new Map(),
     })
     assert.deepEqual(c.policies.get('bulk'), {
       name: 'bulk',
@@ -78,6 +80,7 @@ describe('service config', () => {
       shadowMode: false,
       denyList: [],
       allowList: [],
+      overrides: new Map(),
     })
   })
 
@@ -231,6 +234,74 @@ describe('service config', () => {
       }).store.url,
       undefined,
     )
+  })
+
+  it('reads per-user overrides per policy: not inherited, with overrides-refresh', () => {
+    const c = parseConfig(
+      [
+        'rate-limiter:',
+        '  max-requests: 100',
+        '  overrides-refresh: 0.25',
+        '  overrides:',
+        '    user-42: { max-requests: 1000 }',
+        '    "team/7": { max-requests: 5 }',
+        '    12: { max-requests: 1 }',
+        'policies:',
+        '  login: { max-requests: 5 }',
+        '  api: { overrides: { user-42: { max-requests: 50 } } }',
+        'store: { type: memory }',
+      ].join('\n'),
+      'rl.yaml',
+    )
+    assert.deepEqual(
+      c.policies.get('default')?.overrides,
+      new Map([
+        ['12', 1],
+        ['user-42', 1000],
+        ['team/7', 5],
+      ]),
+    )
+    assert.deepEqual(c.policies.get('login')?.overrides, new Map(), 'a policy does not inherit the default policy overrides')
+    assert.deepEqual(c.policies.get('api')?.overrides, new Map([['user-42', 50]]))
+    assert.equal(c.policies.get('api')?.maxRequests, 100)
+    assert.equal(c.overridesRefresh, 0.25)
+    assert.equal(defaultConfig().overridesRefresh, 1)
+  })
+
+  it('refuses overrides a request could not match or a limit out of bounds, naming the key path', () => {
+    const issues = issuesOf(
+      [
+        'server: { max-user-id-length: 8 }',
+        'rate-limiter:',
+        '  overrides-refresh: 0',
+        '  overrides:',
+        '    ok: { max-requests: 0 }',
+        '    "a\\u0001b": { max-requests: 5 }',
+        '    much-too-long: { max-requests: 5 }',
+        '    nolimit: {}',
+        '    typo: { max-request: 5 }',
+        '    bare: 5',
+        'policies:',
+        '  api: { overrides: { u1: { max-requests: 1000000001 } } }',
+        'store: { type: memory }',
+      ].join('\n'),
+    )
+    const expected = [
+      /^rl\.yaml:3:3: rate-limiter\.overrides-refresh: must be >= 0\.01, got 0$/,
+      /^rl\.yaml:5:11: rate-limiter\.overrides\.ok\.max-requests: must be >= 1, got 0$/,
+      // eslint-disable-next-line no-control-regex -- the id holds one
+      /^rl\.yaml:6:5: rate-limiter\.overrides\.a\u0001b: the user id must not contain control characters$/,
+      /^rl\.yaml:7:5: rate-limiter\.overrides\.much-too-long: the user id must be at most 8 characters, got 13$/,
+      /^rl\.yaml:8:5: rate-limiter\.overrides\.nolimit\.max-requests: is required$/,
+      /^rl\.yaml:9:13: rate-limiter\.overrides\.typo\.max-request: unknown key; expected one of max-requests$/,
+      /^rl\.yaml:10:5: rate-limiter\.overrides\.bare: must be a mapping, got 5$/,
+      /^rl\.yaml:12:\d+: policies\.api\.overrides\.u1\.max-requests: must be <= 1000000000, got 1000000001$/,
+    ]
+    for (const re of expected)
+      assert.ok(
+        issues.some((i) => re.test(i)),
+        `${re} in\n${issues.join('\n')}`,
+      )
   })
 
   it('says a missing file is missing', async () => {
