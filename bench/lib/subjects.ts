@@ -56,6 +56,28 @@ function oursHit(ours: Ours, clock: Clock | undefined, limit: number): MemoryTar
   return { op: (key) => limiter.hit(key), isAsync: false, dispose: () => rl.close() }
 }
 
+/** Our `limiter.hit` with one of the limiter's options (what a feature costs when on), allowed. */
+function oursHitWith(ours: Ours, feature: 'per-key' | 'override' | 'lists' | 'periodic' | 'predict'): MemoryTarget {
+  const rl = ours.RateLimiting.newInstance(`bench-${++instances}`)
+  const periodic = feature === 'periodic' || feature === 'predict'
+  rl.new({
+    namespace: 'bench',
+    windowSizes: [WINDOW_SEC],
+    // periodic: hits queue their keys for a sync that never runs here (autoSync off)
+    ...(periodic
+      ? { syncRate: 1, strategy: new ours.MemoryStrategy(), autoSync: false, predict: feature === 'predict' }
+      : { syncRate: -1 }),
+  })
+  const limiter = rl.limiter({
+    namespace: 'bench',
+    limits: [{ limit: feature === 'per-key' ? (key: string) => (key.length > 64 ? 1 : NEVER_REACHED) : NEVER_REACHED, window: WINDOW_SEC }],
+    ...(feature === 'lists' ? { denyList: ['scraper', '10.0.0.0/8'], allowList: ['2001:db8::/32'] } : {}),
+  })
+  const options = { limit: NEVER_REACHED }
+  const op: Op = feature === 'override' ? (key) => limiter.hit(key, 1, options) : (key) => limiter.hit(key)
+  return { op, isAsync: false, dispose: () => rl.close() }
+}
+
 interface FlexibleInternals {
   _memoryStorage: { _storage: Map<string, { timeoutId?: NodeJS.Timeout }> }
 }
@@ -164,6 +186,23 @@ export function subjects(ours: Ours): Subject[] {
       memory: false,
       make: () => oursHit(ours, exact, 1),
     },
+    ...(
+      [
+        ['per-key', 'a limit that is a function of the key'],
+        ['override', 'a `{ limit }` override per hit'],
+        ['lists', 'a deny and an allow list (no key listed)'],
+        ['periodic', 'periodic namespace (no sync runs)'],
+        ['predict', 'periodic namespace with `predict: true` (no sync runs)'],
+      ] as const
+    ).map(([feature, what]): Subject => ({
+      id: `ours-hit-${feature}`,
+      label: `ours: \`limiter.hit\`, allowed, ${what}`,
+      kind: 'ours',
+      isAsync: false,
+      patterns: SMALL,
+      memory: false,
+      make: () => oursHitWith(ours, feature),
+    })),
     {
       id: 'rlf-consume',
       label: 'rate-limiter-flexible `RateLimiterMemory.consume`, awaited',
