@@ -128,7 +128,7 @@ export class WindowTable {
     if ((d[base + START] as number) < start) this.roll(base, start)
     if (this.dict.flags[slot] !== HIT_FLAGS) this.touch(slot)
     let rate = slotRate(d, base, (this.endMs - nowMs) / this.sizeMs)
-    if (this.predictMs > 0) rate += estimate(this.dict.pred, slot, nowMs, this.predictMs)
+    if (this.predictMs > 0) rate += estimate(this.dict.pred, slot, d[base + CUR_OTHERS] as number, start, nowMs, this.predictMs)
     const allowed = rate + cost <= limit
     this.lastAllowed = allowed
     if (!allowed && (!countDenied || cost > limit)) return rate
@@ -149,7 +149,7 @@ export class WindowTable {
     if ((d[base + START] as number) < start) this.roll(base, start)
     if (this.dict.flags[slot] !== HIT_FLAGS) this.touch(slot)
     let rate = slotRate(d, base, (this.endMs - nowMs) / this.sizeMs)
-    if (this.predictMs > 0) rate += estimate(this.dict.pred, slot, nowMs, this.predictMs)
+    if (this.predictMs > 0) rate += estimate(this.dict.pred, slot, d[base + CUR_OTHERS] as number, start, nowMs, this.predictMs)
     if (curDiff === undefined) return rate
     return rate + curDiff - ((d[base + CUR_MINE] as number) - (d[base + CUR_ACKED] as number))
   }
@@ -162,7 +162,7 @@ export class WindowTable {
     const base = slot * STRIDE
     const start = windowStartMs(nowMs, this.sizeMs)
     if ((d[base + START] as number) < start) this.roll(base, start)
-    const predicted = this.predictMs > 0 ? estimate(this.dict.pred, slot, nowMs, this.predictMs) : 0
+    const predicted = this.predictMs > 0 ? estimate(this.dict.pred, slot, d[base + CUR_OTHERS] as number, start, nowMs, this.predictMs) : 0
     return {
       current: (d[base + CUR_MINE] as number) + (d[base + CUR_OTHERS] as number) + predicted,
       previous: (d[base + PREV_MINE] as number) + (d[base + PREV_OTHERS] as number),
@@ -288,8 +288,7 @@ export class WindowTable {
     else if (row.windowStartMs === slotStart - sizeMs) mine = PREV_MINE
     else return
     d[base + mine + 1] = row.own // acked
-    if (this.predictMs > 0 && mine === CUR_MINE)
-      observe(this.dict.pred, slot, d[base + CUR_OTHERS] as number, row.count - row.own, slotStart, nowMs)
+    if (this.predictMs > 0 && mine === CUR_MINE) observe(this.dict.pred, slot, row.count - row.own, slotStart, nowMs, this.predictMs)
     d[base + mine + 2] = row.count - row.own // others
     if (this.queuesHits && d[base + mine] !== row.own) this.queueSlot(slot)
   }

@@ -1,45 +1,66 @@
 // Predictive sync (docs/ARCHITECTURE.md, "Prediction"): between two syncs a periodic process
-// knows its own hits exactly and the other processes' only as of the last sync. Each sync shows
-// how much the others' count of a key grew since the one before; that growth over the time it
-// took is the others' rate, and the hits they have made since the last sync are estimated as
-// that rate times the time since, capped at one sync interval. The estimate is added to the
-// rate a decision reads, never pushed nor counted: the sync invariants do not depend on it.
-// No growth (no traffic, or a burst that stopped) gives a rate of 0 at the next sync.
+// knows its own hits exactly and the other processes' only as of the last sync. The growth of
+// the others' count of a key between two reads about a sync interval apart, over the time
+// between them, is the others' rate. At a decision, the others' hits expected since the later
+// of those reads (rate × time since, at most two intervals) minus those seen since then is the
+// estimate of the hits not seen yet, added to the rate the decision reads. It is never pushed
+// nor counted: the sync invariants do not depend on it. An interval with no growth (no traffic,
+// or a burst that stopped) sets the rate to 0.
 
 /** Columns of a slot in the dict's `pred` array. */
-export const PRED_STRIDE = 2
-const RATE = 0 // the others' hits per ms, as measured between the last two syncs of the slot
-const AT = 1 // when the others' count was last read (the sync's time), epoch ms; 0 never
+export const PRED_STRIDE = 3
+const RATE = 0 // the others' hits per ms, as last measured
+const BASE = 1 // the others' count in the current window at the baseline read
+const BASE_AT = 2 // when the baseline was read, epoch ms; 0: never
+
+// A rate is measured between reads at least this share of a sync interval apart: a timer-driven
+// sync reads twice (the push's reply, then the read-back a twentieth of the interval later), and
+// the fleet pushes in between, so the growth seen between two close reads is an interval's worth
+// of the others' hits, not their rate. Reads in between move the estimate by what they saw.
+const MIN_SPAN = 0.75
 
 /**
- * The others' hits estimated at `nowMs` since the slot's last sync: `rate × min(now − at,
- * capMs)`. Zero when nothing was measured.
+ * The others' hits not seen yet at `nowMs`: `rate × min(now − baseline, 2 × capMs)` minus the
+ * growth seen since the baseline (`others` is their count now, in the window that starts at
+ * `windowStartMs`), never below 0.
  */
-export function estimate(pred: Float64Array, slot: number, nowMs: number, capMs: number): number {
+export function estimate(pred: Float64Array, slot: number, others: number, windowStartMs: number, nowMs: number, capMs: number): number {
   const i = slot * PRED_STRIDE
   const rate = pred[i + RATE] as number
   if (rate === 0) return 0
-  let elapsed = nowMs - (pred[i + AT] as number)
-  if (elapsed > capMs) elapsed = capMs
-  return elapsed > 0 ? rate * elapsed : 0
+  let baseAt = pred[i + BASE_AT] as number
+  let base = pred[i + BASE] as number
+  if (baseAt < windowStartMs) {
+    // a new window: its count started at 0 when it did
+    baseAt = windowStartMs
+    base = 0
+  }
+  let span = nowMs - baseAt
+  if (span > 2 * capMs) span = 2 * capMs
+  const unseen = rate * span - (others - base)
+  return unseen > 0 ? unseen : 0
 }
 
 /**
- * A sync read the others' count of the slot's current window (it starts at `windowStartMs`):
- * `before` held until now, `after` the store's. The growth is measured over the time since the
- * last read, or since the window started when that was later (the count of a new window starts
- * at 0 there). The first read only sets the baseline. No growth is a rate of 0; growth seen in
- * no time (a read at the very start of the window) keeps the rate it had.
+ * A sync read `others`, the others' count of the slot's current window (it starts at
+ * `windowStartMs`), at `nowMs`. The first read sets the baseline. A read at least `MIN_SPAN` of
+ * `capMs` (the sync interval) after the baseline measures the rate (0 when the count did not
+ * grow) and becomes the baseline; a closer read changes nothing here.
  */
-export function observe(pred: Float64Array, slot: number, before: number, after: number, windowStartMs: number, nowMs: number): void {
+export function observe(pred: Float64Array, slot: number, others: number, windowStartMs: number, nowMs: number, capMs: number): void {
   const i = slot * PRED_STRIDE
-  const at = pred[i + AT] as number
-  pred[i + AT] = nowMs
-  // a first read (a new slot, a fetch) has nothing to compare with: it sets the baseline
-  if (at === 0) return
-  const from = at > windowStartMs ? at : windowStartMs
-  const elapsed = nowMs - from
-  const grown = after - before
-  if (grown <= 0) pred[i + RATE] = 0
-  else if (elapsed > 0) pred[i + RATE] = grown / elapsed
+  let baseAt = pred[i + BASE_AT] as number
+  if (baseAt !== 0) {
+    let base = pred[i + BASE] as number
+    if (baseAt < windowStartMs) {
+      baseAt = windowStartMs
+      base = 0
+    }
+    const span = nowMs - baseAt
+    if (span < MIN_SPAN * capMs) return
+    const grown = others - base
+    pred[i + RATE] = grown > 0 ? grown / span : 0
+  }
+  pred[i + BASE] = others
+  pred[i + BASE_AT] = nowMs
 }

@@ -57,12 +57,26 @@ describe('prediction', () => {
     assert.equal(limiter.allow('k'), false, '22 + 5 + 1 > 27: the estimate denies what the synced counts alone (23) would allow')
   })
 
-  it('stops at one sync interval, and is gone after a sync that saw no growth', async () => {
+  it('counts what a read between two syncs saw against the estimate (a timer-driven sync reads twice)', async () => {
+    const { a, b, clock, second } = fleet(true)
+    await a.sync('api')
+    await second()
+    await second() // rate 10/s, baseline 21 at this instant
+    clock.advance(500)
+    for (let i = 0; i < 5; i++) b.increment('k', 60, 1, 'api')
+    await b.sync('api')
+    await a.sync('api') // 0.5 s after the baseline: too close to measure, but it saw 5 more
+    assert.equal(a.slidingWindow('k', 60, undefined, 'api'), 26, '5 expected, 5 seen: nothing left to estimate')
+    clock.advance(200)
+    assert.ok(Math.abs((a.slidingWindow('k', 60, undefined, 'api') as number) - 28) < 1e-9, '7 expected since the baseline, 5 seen')
+  })
+
+  it('stops at two sync intervals, and is gone after an interval that saw no growth', async () => {
     const { a, clock, second } = fleet(true)
     await a.sync('api')
     await second()
-    clock.advance(5_000) // no sync for 5 s: the estimate covers one interval, 10 hits
-    assert.ok(Math.abs((a.slidingWindow('k', 60, undefined, 'api') as number) - (11 + 10)) < 1e-9)
+    clock.advance(5_000) // no sync for 5 s: the estimate covers at most two intervals, 20 hits
+    assert.ok(Math.abs((a.slidingWindow('k', 60, undefined, 'api') as number) - (11 + 20)) < 1e-9)
     await second(0) // a sync with no new hits of the others
     clock.advance(800)
     assert.equal(a.slidingWindow('k', 60, undefined, 'api'), 11)
