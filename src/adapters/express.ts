@@ -10,7 +10,7 @@ import { ConfigError } from '../core/errors.js'
 import { chain, isPromiseLike, LIMITER_UNAVAILABLE, TOO_MANY_REQUESTS, windowSizeOf } from './common.js'
 import { type EngineOptions, type HitCount, StoreEngine, type WindowCounter } from './engine.js'
 import { MiddlewareCore, type MiddlewareOptions, type Outcome } from './middleware.js'
-import type { RequestRefund } from './refunds.js'
+import { settleOnEnd } from './refunds.js'
 
 export type { EngineOptions } from './engine.js'
 export type { LimitOption, Outcome, RequestRefund } from './middleware.js'
@@ -165,26 +165,6 @@ function succeeded(_req: Request, res: Response): boolean {
 }
 
 /**
- * Settles `refund` when the response ends: on 'finish' by `requestWasSuccessful`, on a 'close'
- * before the response was ended as a failure (the client went away). One listener for both.
- */
-function watchResponse(core: MiddlewareCore<Request, [Request, Response]>, refund: RequestRefund, req: Request, res: Response): void {
-  const refunds = core.refunds
-  if (refunds === undefined) return
-  const ended = (): void => {
-    if (res.writableEnded) refunds.settle(refund, req, res)
-    else refund.failed()
-  }
-  // the connection may have closed while the decision was awaited
-  if (res.destroyed || res.writableFinished) {
-    ended()
-    return
-  }
-  res.once('finish', ended)
-  res.once('close', ended)
-}
-
-/**
  * Our own Express middleware: several limits, a cost per request, skip, the IETF headers, a
  * custom handler for denials and a fail policy, over the engine.
  *
@@ -202,7 +182,7 @@ export function createExpressMiddleware(options: ExpressMiddlewareOptions): Expr
       next()
       return
     }
-    if (outcome.refund !== undefined) watchResponse(core, outcome.refund, req, res)
+    if (outcome.refund !== undefined && core.refunds !== undefined) settleOnEnd(core.refunds, outcome.refund, res, req, res)
     if (!res.headersSent) for (const name in outcome.headers) res.setHeader(name, outcome.headers[name] as string)
     if (outcome.decision.allowed) {
       next()

@@ -9,7 +9,7 @@ import { ConfigError } from '../core/errors.js'
 import { isPromiseLike, LIMITER_UNAVAILABLE, TOO_MANY_REQUESTS, windowSizeOf } from './common.js'
 import { type EngineOptions, type HitCount, StoreEngine, type WindowCounter } from './engine.js'
 import { MiddlewareCore, type MiddlewareOptions, type Outcome } from './middleware.js'
-import type { RequestRefund } from './refunds.js'
+import { settleOnEnd } from './refunds.js'
 
 export type { EngineOptions } from './engine.js'
 export type { LimitOption, Outcome, RequestRefund } from './middleware.js'
@@ -199,28 +199,6 @@ function succeeded(_request: FastifyRequest, reply: FastifyReply): boolean {
 }
 
 /**
- * Settles `refund` when the raw response ends (an onRequest hook has no later hook of its own,
- * and this works wherever the hook is added): on 'finish' by `requestWasSuccessful`, on a
- * 'close' before the response was ended as a failure (the client went away).
- */
-function watchReply(core: FastifyCore, refund: RequestRefund, request: FastifyRequest, reply: FastifyReply): void {
-  const refunds = core.refunds
-  if (refunds === undefined) return
-  const res = reply.raw
-  const ended = (): void => {
-    if (res.writableEnded) refunds.settle(refund, request, reply)
-    else refund.failed()
-  }
-  // the connection may have closed while the decision was awaited
-  if (res.destroyed || res.writableFinished) {
-    ended()
-    return
-  }
-  res.once('finish', ended)
-  res.once('close', ended)
-}
-
-/**
  * Our own Fastify `onRequest` hook: several limits, a cost per request, skip, the IETF
  * headers, a custom handler for denials and a fail policy. Add it to an app, a scope or a route.
  *
@@ -238,7 +216,8 @@ export function createFastifyHook(options: FastifyMiddlewareOptions): FastifyRat
       done()
       return
     }
-    if (outcome.refund !== undefined) watchReply(core, outcome.refund, request, reply)
+    // the raw response: an onRequest hook has no later hook of its own, wherever it is added
+    if (outcome.refund !== undefined && core.refunds !== undefined) settleOnEnd(core.refunds, outcome.refund, reply.raw, request, reply)
     reply.headers(outcome.headers)
     if (outcome.decision.allowed) {
       done()

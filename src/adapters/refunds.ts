@@ -5,6 +5,7 @@
  * in the window that counted it. Nothing here imports a framework: each adapter tells a
  * {@link RequestRefund} how its response ended.
  */
+import type { ServerResponse } from 'node:http'
 import { ConfigError } from '../core/errors.js'
 import type { Decision, Limiter } from '../core/limiter.js'
 import { optionError } from './common.js'
@@ -195,4 +196,28 @@ export class RequestRefund {
   failed(): void {
     this.policy.failed(this)
   }
+}
+
+/**
+ * Settles `refund` when a node:http response ends (Express's, Fastify's raw one): on 'finish'
+ * by `requestWasSuccessful(...args)`, on a 'close' before the response was ended as a failure
+ * (the client went away). One listener for both; a response already closed while the decision
+ * was awaited is settled at once.
+ */
+export function settleOnEnd<Ends extends readonly unknown[]>(
+  policy: RefundPolicy<Ends>,
+  refund: RequestRefund,
+  res: ServerResponse,
+  ...args: Ends
+): void {
+  const ended = (): void => {
+    if (res.writableEnded) policy.settle(refund, ...args)
+    else refund.failed()
+  }
+  if (res.destroyed || res.writableFinished) {
+    ended()
+    return
+  }
+  res.once('finish', ended)
+  res.once('close', ended)
 }
