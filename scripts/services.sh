@@ -44,3 +44,4 @@ mariadb -h 127.0.0.1 -uroot -e 'CREATE DATABASE IF NOT EXISTS test' >/dev/null
 bash scripts/memcached.sh
 bash scripts/nginx.sh
 bash scripts/redis-cluster.sh >/dev/null
+bash scripts/chromium.sh

@@ -32,6 +32,8 @@ Commands:
                           (memory store, sliding-window-algo, 100 per 60 s, 127.0.0.1:8080)
   check-config FILE       validate a config file, its Envoy domain files (envoy.domains) and
                           that its store can be loaded, then exit
+  simulate [FILE]         replay an access log through the limiters on a fake clock to choose
+                          a sync rate (ratelimiting simulate --help; docs/SIMULATE.md)
 
 Options:
   -c, --config FILE       the YAML config file (reloaded on SIGHUP and when it changes)
@@ -85,6 +87,14 @@ function usageError(io: CliIo, message: string): number {
  * the exit code; `serve` resolves when the service has stopped.
  */
 export async function runCli(argv: readonly string[], io: CliIo = processIo): Promise<number> {
+  if (argv[0] === 'simulate') {
+    const { runSimulate } = await import('../simulate/cli.js')
+    return runSimulate(argv.slice(1), {
+      stdout: io.stdout,
+      stderr: io.stderr,
+      stderrIsTTY: io === processIo && process.stderr.isTTY === true,
+    })
+  }
   let parsed: ReturnType<typeof parse>
   try {
     parsed = parse(argv)

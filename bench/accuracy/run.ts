@@ -1,0 +1,107 @@
+/**
+ * The accuracy harness (issue 12): N simulated processes of the engine, each a RateLimiting
+ * instance with its own nodeId over one shared MemoryStrategy, on a fake clock, replay the
+ * synthetic traces of src/simulate/profiles.ts; an exact sliding log of what each cell truly
+ * admitted is the truth (src/simulate/truth.ts). Prints one table per trace; `--write` also
+ * replaces the tables in docs/ACCURACY.md.
+ *
+ *   npm run bench:accuracy                 # print
+ *   npm run bench:accuracy -- --write      # print and update docs/ACCURACY.md
+ *   npm run bench:accuracy -- --quick      # shorter traces, for a look
+ *
+ * The replay itself (the fleet, the truth, the metrics) is src/simulate's, which
+ * `ratelimiting simulate` runs on a user's log.
+ */
+import { readFileSync, writeFileSync } from 'node:fs'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { type ProfileName, syntheticTrace } from '../../src/simulate/profiles.js'
+import { availableAlgorithms, gridCells, runGrid } from '../../src/simulate/replay.js'
+import { markdownTable, resultRows } from '../../src/simulate/report.js'
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
+const args = new Set(process.argv.slice(2))
+const quick = args.has('--quick')
+const LIMIT = 100
+const WINDOW = 60
+const NODES = [1, 8]
+const SYNC_RATES = [0.5, 2]
+
+interface Case {
+  readonly title: string
+  readonly profile: ProfileName
+  readonly durationSec: number
+  readonly keys?: number
+  readonly countDenied: boolean
+}
+
+const CASES: Case[] = [
+  {
+    title: 'Poisson arrivals, 1,000 keys, log-normal rates',
+    profile: 'poisson',
+    durationSec: quick ? 120 : 600,
+    keys: 1000,
+    countDenied: true,
+  },
+  {
+    title: 'One key steadily at 1.5 × the limit, denied hits not counted',
+    profile: 'steady',
+    durationSec: quick ? 300 : 1200,
+    countDenied: false,
+  },
+  {
+    title: 'One key steadily at 1.5 × the limit (the engine default: denied hits count)',
+    profile: 'steady',
+    durationSec: quick ? 300 : 1200,
+    countDenied: true,
+  },
+  {
+    title: '`limit` hits on both sides of a window boundary, 20 keys',
+    profile: 'boundary',
+    durationSec: quick ? 240 : 1200,
+    keys: 20,
+    countDenied: true,
+  },
+  {
+    title: 'A burst, then tries paced to the decaying weight, 20 keys',
+    profile: 'pacing',
+    durationSec: quick ? 240 : 1200,
+    keys: 20,
+    countDenied: true,
+  },
+]
+
+const sections: string[] = []
+const started = performance.now()
+for (const c of CASES) {
+  const trace = syntheticTrace({
+    profile: c.profile,
+    limit: LIMIT,
+    windowSec: WINDOW,
+    durationSec: c.durationSec,
+    ...(c.keys ? { keys: c.keys } : {}),
+  })
+  const t0 = performance.now()
+  const results = await runGrid(trace, gridCells(availableAlgorithms(), NODES, SYNC_RATES), {
+    limit: LIMIT,
+    windowSec: WINDOW,
+    countDenied: c.countDenied,
+  })
+  const heading = `### ${c.title}\n\n${trace.length} hits over ${c.durationSec} s (profile \`${c.profile}\`, ${c.countDenied ? 'denied hits count' : 'denied hits do not count'}; replayed in ${((performance.now() - t0) / 1000).toFixed(1)} s)`
+  const section = `${heading}\n\n${markdownTable(resultRows(results))}\n`
+  console.log(`${section}`)
+  sections.push(section)
+}
+console.log(`all traces: ${((performance.now() - started) / 1000).toFixed(1)} s`)
+
+if (args.has('--write')) {
+  const file = path.join(root, 'docs', 'ACCURACY.md')
+  const text = readFileSync(file, 'utf8')
+  const begin = '<!-- tables: bench/accuracy/run.ts -->'
+  const end = '<!-- end of tables -->'
+  const from = text.indexOf(begin)
+  const to = text.indexOf(end)
+  if (from < 0 || to < from) throw new Error(`docs/ACCURACY.md has no ${begin} … ${end} section`)
+  writeFileSync(file, `${text.slice(0, from + begin.length)}\n\n${sections.join('\n')}\n${text.slice(to)}`)
+  console.log('docs/ACCURACY.md updated')
+}

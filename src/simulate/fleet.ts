@@ -1,0 +1,276 @@
+import { type FakeClock, type Limiter, type NamespaceOptions, RateLimiting, type Strategy } from '../index.js'
+
+/**
+ * N simulated processes of the engine sharing one store, on a fake clock, replayed the way a
+ * fleet runs: each process decides on its own counts plus the others' as of the last sync, and
+ * every process syncs at the same wall-clock multiples of `syncRate` (docs/ARCHITECTURE.md, "One
+ * sync").
+ *
+ * Keys never interact in the engine's decisions, so the fleet is split by key into *shards* of a
+ * few keys, each shard with its own N `RateLimiting` instances (one per process, `nodeId`
+ * `s<shard>-n<node>`) over the one shared store. A sync (`rl.sync()`) then visits a shard's few
+ * keys, not every key of the trace, and only the shards that need it sync:
+ *
+ * - at each sync instant, every process with unsynced hits in a shard pushes them (writes, and
+ *   reads back what the store holds at that moment);
+ * - a process reads a shard again only when it next decides a hit in it, and only if another
+ *   process pushed to it since its own last sync. Pushes happen only at sync instants and the
+ *   replay runs in time order, so what it reads then is exactly what the store held after the
+ *   last sync instant: the view it would have had by syncing at every instant (Kong's settle
+ *   time, the read `syncRate / 20` after the writes, is the instant's last read).
+ *
+ * The one difference from a real process: a real one refreshes an idle key it holds (neither hit
+ * since the last sync nor near its limit) only once per `idleRefreshMs`; here every key is as
+ * fresh as the last sync instant, which favours the engine only on the first hit after a pause.
+ * With `eagerReads` every process that holds keys of a shard syncs it at every instant, hit or
+ * not: for views that depend on the sync history and not only on the counts (the predictive
+ * estimator), at the price of time.
+ */
+export interface FleetOptions {
+  readonly limit: number
+  readonly windowSec: number
+  readonly nodes: number
+  /** Seconds between syncs, > 0. */
+  readonly syncRate: number
+  readonly countDenied: boolean
+  /** The one store every process of every shard syncs with. */
+  readonly strategy: Strategy
+  readonly clock: FakeClock
+  /**
+   * Keys per shard: 1 is the fastest (a sync visits one key); more keys per shard make fewer
+   * RateLimiting instances (N per shard in use) for a trace with very many keys at once. @default 1
+   */
+  readonly shardSize?: number
+  /** Sync every held shard at every instant (see above). @default false */
+  readonly eagerReads?: boolean
+  /** More namespace options for every process (such as the predictive estimator's). */
+  readonly namespaceOptions?: Readonly<Record<string, unknown>>
+}
+
+const NS = 'sim'
+
+interface Member {
+  readonly rl: RateLimiting
+  readonly limiter: Limiter
+}
+
+class Shard {
+  readonly id: number
+  readonly members: Member[]
+  /** Pushes to this shard so far. */
+  version = 0
+  /** The version each process last synced at; -1 while it holds nothing here. */
+  readonly synced: Float64Array
+  /** Whether each process has unsynced hits here. */
+  readonly pending: Uint8Array
+  keys: number[] = []
+  lastHitMs = 0
+  inUse = false
+
+  constructor(id: number, members: Member[]) {
+    this.id = id
+    this.members = members
+    this.synced = new Float64Array(members.length).fill(-1)
+    this.pending = new Uint8Array(members.length)
+  }
+}
+
+/** See {@link FleetOptions}. One fleet replays one cell. */
+export class CounterFleet {
+  readonly nodes: number
+  private readonly options: FleetOptions
+  private readonly syncMs: number
+  private readonly windowMs: number
+  private readonly shardSize: number
+  private readonly store: Strategy
+  private readonly keyShard: Int32Array
+  private readonly shards: Shard[] = []
+  private readonly free: Shard[] = []
+  private open: Shard | undefined
+  private pendingShards: Shard[] = []
+  private pendingNodes: number[] = []
+  private nextRoundMs = Number.NaN
+  private nextReleaseMs = 0
+  // per process: sync instants with writes, and the time it held keys (for the store calls)
+  private readonly writeRounds: Float64Array
+  private readonly holdMs: Float64Array
+  private readonly holdEnd: Float64Array
+  // key × process: hits since the last sync instant; each is one key-window written there
+  private readonly keyPending: Uint8Array
+  private keyPendingList: number[] = []
+  private rowsWritten = 0
+
+  constructor(options: FleetOptions, keyCount: number) {
+    this.options = options
+    this.nodes = options.nodes
+    this.syncMs = options.syncRate * 1000
+    this.windowMs = Math.round(options.windowSec * 1000)
+    this.shardSize = options.shardSize ?? 1
+    this.store = options.strategy
+    this.keyShard = new Int32Array(keyCount).fill(-1)
+    this.writeRounds = new Float64Array(options.nodes)
+    this.holdMs = new Float64Array(options.nodes)
+    this.holdEnd = new Float64Array(options.nodes).fill(Number.NEGATIVE_INFINITY)
+    this.keyPending = new Uint8Array(keyCount * options.nodes)
+  }
+
+  /** Runs every sync instant up to `t` (inclusive); call before deciding the hits at `t`. */
+  async advanceTo(t: number): Promise<void> {
+    if (this.nextRoundMs !== this.nextRoundMs) this.nextRoundMs = (Math.floor(t / this.syncMs) + 1) * this.syncMs
+    while (this.nextRoundMs <= t) {
+      const at = this.nextRoundMs
+      await this.round(at)
+      this.nextRoundMs += this.syncMs
+      // nothing to push and no one to refresh: skip to the last instant before t
+      if (this.pendingShards.length === 0 && !this.options.eagerReads && this.nextRoundMs <= t)
+        this.nextRoundMs = Math.floor(t / this.syncMs) * this.syncMs
+    }
+    if (t >= this.nextReleaseMs) {
+      this.release(t)
+      this.nextReleaseMs = t + this.windowMs
+    }
+  }
+
+  /**
+   * Decides one hit of `key` (named `name`) by process `node` at `t` (the fake clock's time),
+   * syncing first when its view of the key's shard is behind the store. Answers the decision's
+   * `allowed` and the rate it decided on (before the hit).
+   */
+  async hit(node: number, key: number, name: string, t: number): Promise<{ allowed: boolean; rateBefore: number; counted: boolean }> {
+    const shard = this.shardOf(key)
+    const synced = shard.synced[node] as number
+    if (synced >= 0 && synced !== shard.version) {
+      await (shard.members[node] as Member).rl.sync(NS)
+      shard.synced[node] = shard.version
+    }
+    const d = (shard.members[node] as Member).limiter.hit(name)
+    if (d instanceof Promise) throw new Error('a periodic namespace decides synchronously')
+    const counted = d.allowed || (this.options.countDenied && 1 <= this.options.limit)
+    shard.lastHitMs = t
+    const slot = key * this.nodes + node
+    if (this.keyPending[slot] === 0) {
+      this.keyPending[slot] = 1
+      this.keyPendingList.push(slot)
+    }
+    if (shard.pending[node] === 0) {
+      shard.pending[node] = 1
+      if (synced < 0) shard.synced[node] = shard.version
+      this.pendingShards.push(shard)
+      this.pendingNodes.push(node)
+    }
+    const holdUntil = t + 2 * this.windowMs
+    const end = this.holdEnd[node] as number
+    this.holdMs[node] = (this.holdMs[node] as number) + (t > end ? 2 * this.windowMs : holdUntil - end)
+    this.holdEnd[node] = holdUntil
+    return { allowed: d.allowed, rateBefore: counted ? d.rate - 1 : d.rate, counted }
+  }
+
+  /** Pushes what is left, then the store load: sync calls and key-windows written per second. */
+  async finish(durationSec: number): Promise<{ callsPerSec: number; rowsPerSec: number }> {
+    if (this.pendingShards.length > 0) await this.round(this.nextRoundMs)
+    let calls = 0
+    for (let n = 0; n < this.nodes; n++) {
+      const writes = this.writeRounds[n] as number
+      const held = Math.floor((this.holdMs[n] as number) / this.syncMs)
+      // a sync with writes is two calls (the writes, then the read after the settle time)
+      calls += 2 * writes + Math.max(0, held - writes)
+    }
+    for (const shard of this.shards) for (const m of shard.members) await m.rl.close()
+    const seconds = Math.max(durationSec, this.options.syncRate)
+    return { callsPerSec: calls / seconds, rowsPerSec: this.rowsWritten / seconds }
+  }
+
+  // One sync instant: every process with unsynced hits in a shard pushes them; with eagerReads,
+  // every process holding keys of a shard in use then reads it.
+  private async round(atMs: number): Promise<void> {
+    const clock = this.options.clock
+    const now = clock.now()
+    clock.set(atMs)
+    const shards = this.pendingShards
+    const nodes = this.pendingNodes
+    this.pendingShards = []
+    this.pendingNodes = []
+    const wrote = new Uint8Array(this.nodes)
+    this.rowsWritten += this.keyPendingList.length
+    for (const slot of this.keyPendingList) this.keyPending[slot] = 0
+    this.keyPendingList = []
+    for (let i = 0; i < shards.length; i++) {
+      const shard = shards[i] as Shard
+      const node = nodes[i] as number
+      // a single process never reads what it pushed: its view is its own counts, so its pushes
+      // are counted but not sent
+      if (this.nodes > 1) await (shard.members[node] as Member).rl.sync(NS)
+      shard.pending[node] = 0
+      shard.version++
+      shard.synced[node] = shard.version
+      wrote[node] = 1
+    }
+    for (let n = 0; n < this.nodes; n++) this.writeRounds[n] = (this.writeRounds[n] as number) + (wrote[n] as number)
+    if (this.options.eagerReads) {
+      for (const shard of this.shards) {
+        if (!shard.inUse) continue
+        for (let n = 0; n < this.nodes; n++) {
+          if ((shard.synced[n] as number) < 0) continue
+          await (shard.members[n] as Member).rl.sync(NS)
+          shard.synced[n] = shard.version
+        }
+      }
+    }
+    clock.set(Math.max(now, atMs))
+  }
+
+  private shardOf(key: number): Shard {
+    const id = this.keyShard[key] as number
+    if (id >= 0) return this.shards[id] as Shard
+    let shard = this.open
+    if (shard === undefined || shard.keys.length >= this.shardSize) {
+      shard = this.free.pop() ?? this.newShard()
+      shard.inUse = true
+      this.open = shard
+    }
+    shard.keys.push(key)
+    this.keyShard[key] = shard.id
+    return shard
+  }
+
+  private newShard(): Shard {
+    const id = this.shards.length
+    const { limit, windowSec, syncRate, clock, countDenied, namespaceOptions } = this.options
+    const members: Member[] = []
+    for (let n = 0; n < this.nodes; n++) {
+      const rl = RateLimiting.newInstance(`simulate-s${id}-n${n}`)
+      rl.new({
+        ...(namespaceOptions as Partial<NamespaceOptions>),
+        namespace: NS,
+        windowSizes: [windowSec],
+        syncRate,
+        autoSync: false,
+        strategy: this.store,
+        clock: clock.now,
+        nodeId: `s${id}-n${n}`,
+        // a shard's keys, and those of its last use until a sync releases them
+        maxKeys: Math.max(64, this.shardSize * 8),
+      })
+      members.push({ rl, limiter: rl.limiter({ namespace: NS, limits: [{ limit, window: windowSec }], countDenied }) })
+    }
+    const shard = new Shard(id, members)
+    this.shards.push(shard)
+    return shard
+  }
+
+  // Shards whose keys have all been idle for two windows and a sync hold no count any view can
+  // read: their keys are forgotten (a key seen again starts afresh, as it would) and the shard
+  // serves new keys.
+  private release(t: number): void {
+    const idleMs = 2 * this.windowMs + this.syncMs
+    for (const shard of this.shards) {
+      if (!shard.inUse || t - shard.lastHitMs <= idleMs || shard.pending.some((p) => p !== 0)) continue
+      for (const key of shard.keys) this.keyShard[key] = -1
+      shard.keys = []
+      shard.synced.fill(-1)
+      shard.inUse = false
+      if (this.open === shard) this.open = undefined
+      this.free.push(shard)
+    }
+  }
+}
