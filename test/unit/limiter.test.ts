@@ -153,7 +153,10 @@ describe('limiter decisions', () => {
     const { rl } = setup([{ limit: 1, window: 60 }])
     const bad: [unknown, RegExp][] = [
       [{ namespace: 'api', limits: [] }, /limits must be a non-empty array/],
-      [{ namespace: 'api', limits: [{ limit: 0, window: 60 }] }, /limits\[0\]\.limit must be a positive number or a function of the key, got 0/],
+      [
+        { namespace: 'api', limits: [{ limit: 0, window: 60 }] },
+        /limits\[0\]\.limit must be a positive number or a function of the key, got 0/,
+      ],
       [
         { namespace: 'api', limits: [{ limit: 5, window: 30 }] },
         /limits\[0\]\.window 30 is not one of namespace "api"'s windowSizes \[1, 60\]/,
