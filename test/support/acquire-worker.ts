@@ -6,6 +6,7 @@
  * Env: RL_URL, RL_PREFIX, RL_NAMESPACE, RL_SYNC_RATE (s), RL_LIMIT (per 1 s), RL_COUNT.
  */
 import { RateLimiting } from '../../src/core/rate-limiting.js'
+import { syncChannel } from '../../src/core/sync-loop.js'
 import { RedisStrategy } from '../../src/strategies/redis/index.js'
 
 /** Messages from the parent. */
@@ -13,7 +14,14 @@ export type AcquireWorkerCommand = { readonly type: 'start' } | { readonly type:
 
 /** Messages to the parent. */
 export type AcquireWorkerReply =
-  { readonly type: 'ready' } | { readonly type: 'done'; readonly admittedAtMs: readonly number[]; readonly error?: string }
+  | { readonly type: 'ready' }
+  | {
+      readonly type: 'done'
+      readonly admittedAtMs: readonly number[]
+      /** The longest time between two completed syncs while acquiring, ms (0 in synchronous mode). */
+      readonly maxSyncGapMs: number
+      readonly error?: string
+    }
 
 const env = (name: string): string => {
   const value = process.env[name]
@@ -30,8 +38,20 @@ const limiter = rl.limiter({ namespace, limits: [{ limit: Number(env('RL_LIMIT')
 const count = Number(env('RL_COUNT'))
 const send = (reply: AcquireWorkerReply) => process.send?.(reply)
 
+// How stale this process's view of the others can get: the gaps between its completed syncs (a
+// loaded machine runs the timers late; the over-admission bound follows the real gaps).
+let lastSyncAtMs = 0
+let maxSyncGapMs = 0
+syncChannel.subscribe(() => {
+  const now = Date.now()
+  if (lastSyncAtMs > 0) maxSyncGapMs = Math.max(maxSyncGapMs, now - lastSyncAtMs)
+  lastSyncAtMs = now
+})
+
 async function run(): Promise<void> {
   const admittedAtMs: number[] = []
+  lastSyncAtMs = 0
+  maxSyncGapMs = 0
   try {
     for (let i = 0; i < count; i++) {
       const d = await limiter.acquire('fleet')
@@ -41,9 +61,9 @@ async function run(): Promise<void> {
       const offset = WINDOW_MS - d.resetMs
       admittedAtMs.push(Math.floor((now - offset) / WINDOW_MS) * WINDOW_MS + offset)
     }
-    send({ type: 'done', admittedAtMs })
+    send({ type: 'done', admittedAtMs, maxSyncGapMs })
   } catch (err) {
-    send({ type: 'done', admittedAtMs, error: String(err) })
+    send({ type: 'done', admittedAtMs, maxSyncGapMs, error: String(err) })
   }
 }
 
