@@ -1,42 +1,64 @@
 /**
- * Redis benchmark: our periodic mode, our synchronous mode and rate-limiter-flexible's
- * RateLimiterRedis (over ioredis), side by side in one run against a redis-server the bench
- * starts for itself on a free loopback port, at 1 and 256 decisions in flight. Reports decisions
- * per second (median of the rounds) and store commands per decision, read from Redis's
- * `INFO commandstats` before and after each round.
+ * Redis benchmark: our synchronous mode against rate-limiter-flexible's RateLimiterRedis (over
+ * ioredis) at 1, 64 and 256 decisions in flight, on one redis-server and on a 3-master Redis
+ * Cluster the bench starts for itself on free loopback ports; then our periodic mode on the single
+ * node. Reports decisions per second (medians of interleaved rounds, and the median of the
+ * per-round ratios), store commands, bytes and CPU time per decision, read from the servers'
+ * `INFO` before and after each round, and checks that each limiter admits exactly its limit of
+ * 256 concurrent hits of one key.
+ *
+ * Our engine is loaded as users run it (src/ compiled by TypeScript with the build's options,
+ * bench/lib/load-ours.ts), not through tsx.
  *
  *   node --import tsx bench/redis.bench.ts              full run, rewrites docs/BENCHMARKS-redis.md
+ *   node --import tsx bench/redis.bench.ts --sync       the synchronous comparison only, prints only
  *   node --import tsx bench/redis.bench.ts --quick      a smoke run in seconds, prints only
+ *   --single / --cluster                                one topology only; --source: src/ through tsx
+ *   --before=<dir>                                      adds our synchronous mode built from another
+ *                                                       copy of src/, such as the last commit's:
+ *                                                       mkdir -p .tmp/before && git archive HEAD src | tar -x -C .tmp/before
+ *                                                       (then --before=.tmp/before/src)
  */
-import { writeFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg } from 'node:os'
 import { relative, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { Redis } from 'ioredis'
 import { RateLimiterRedis } from 'rate-limiter-flexible'
-import { RateLimiting } from '../src/core/rate-limiting.js'
-import { RedisStrategy } from '../src/strategies/redis/index.js'
-import { startRedisServer } from '../test/support/redis-server.js'
+import type { RedisStrategy as RedisStrategyClass } from '../src/strategies/redis/index.js'
 import { median } from './lib/harness.js'
-import { log, measureDecisions } from './lib/stores.js'
+import { loadOurs } from './lib/load-ours.js'
+import { admittedUnderConcurrency, type BenchRedis, cluster, singleNode } from './lib/redis-bench.js'
+import { interleavedRounds, log, type RoundSample } from './lib/stores.js'
 
 const args = process.argv.slice(2)
 const quick = args.includes('--quick')
-const write = args.includes('--write') || (!quick && !args.includes('--no-write'))
-const ROUNDS = quick ? 1 : 5
-const ROUND_MS = quick ? 300 : 1500
+const syncOnly = args.includes('--sync')
+const write = args.includes('--write') || (!quick && !syncOnly && !args.includes('--no-write'))
+const topologies = args.includes('--single') ? [singleNode] : args.includes('--cluster') ? [cluster] : [singleNode, cluster]
+const ROUNDS = quick ? 1 : 7
+const ROUND_MS = quick ? 300 : 1000
 const KEYS = Array.from({ length: 1000 }, (_, i) => `client-${i}`)
-const IN_FLIGHT = [1, 256]
+const SYNC_IN_FLIGHT = [1, 64, 256]
+const PERIODIC_IN_FLIGHT = [1, 256]
 const PACED_RATE = 50_000 // decisions/s of the paced periodic row
 const SYNC_RATE = 0.1 // s
 const LIMIT = 1e9 // every hit allowed: this measures the cost of a decision, not of a refusal
+const EXACT_LIMIT = 100 // the limit of the exactness check, with 256 hits at once
 
-// Commands that only ever run inside the scripts of this bench (ours: HMGET, HSET, PEXPIREAT,
-// EXISTS; rate-limiter-flexible's: SET, INCRBY, PTTL, EXPIRE), and the bench's own INFO.
-const INSIDE_SCRIPTS = new Set(['hmget', 'hset', 'pexpireat', 'exists', 'set', 'incrby', 'pttl', 'expire'])
-const OWN = new Set(['info', 'config|resetstat'])
+const engine = await loadOurs(args.includes('--source') ? 'source' : 'build')
+const beforeDir = args.find((a) => a.startsWith('--before='))?.slice('--before='.length)
+const before = beforeDir === undefined ? undefined : await loadOurs('build', resolve(beforeDir))
 
-type Decide = (key: string) => unknown
+interface Engine {
+  readonly RateLimiting: typeof engine.ours.RateLimiting
+  readonly RedisStrategy: typeof RedisStrategyClass
+}
+const load = async (e: typeof engine): Promise<Engine> => ({
+  RateLimiting: e.ours.RateLimiting,
+  RedisStrategy: (await e.load<{ RedisStrategy: typeof RedisStrategyClass }>('strategies/redis/index.ts')).RedisStrategy,
+})
+const current = await load(engine)
+const previous = before === undefined ? undefined : await load(before)
 
 interface Subject {
   readonly name: string
@@ -44,221 +66,239 @@ interface Subject {
   readonly batch: number
   /** Decisions per second to pace to; unpaced when absent. */
   readonly pace?: number
-  readonly decide: Decide
+  readonly decide: (key: string) => unknown
   close(): Promise<void>
 }
 
-interface Commands {
-  /** Commands clients sent (round trips): EVALSHA, EVAL, and anything else not run by a script. */
-  sent: number
-  /** Every command executed, those run inside scripts included. */
-  executed: number
-  /** The server's CPU time so far (user + system), µs. */
-  serverCpuUs: number
-}
+const SYNC = 'ours, synchronous (syncRate 0)'
+const SYNC_BEFORE = 'ours before this change, synchronous'
+const SYNC_DATE_NOW = 'ours, synchronous, clock: Date.now (not the default)'
+const RLF = 'rate-limiter-flexible RateLimiterRedis'
 
-async function commandStats(admin: Redis): Promise<Commands> {
-  const text = await admin.info('commandstats')
-  const cpu = await admin.info('cpu')
-  const seconds = (field: string) => Number(new RegExp(`${field}:([\\d.]+)`).exec(cpu)?.[1] ?? 0)
-  const out: Commands = { sent: 0, executed: 0, serverCpuUs: (seconds('used_cpu_user') + seconds('used_cpu_sys')) * 1e6 }
-  for (const match of text.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
-    const command = match[1] as string
-    const calls = Number(match[2])
-    if (OWN.has(command)) continue
-    out.executed += calls
-    if (!INSIDE_SCRIPTS.has(command)) out.sent += calls
+function ours(
+  redis: BenchRedis,
+  name: string,
+  syncRate: number,
+  batch: number,
+  limit = LIMIT,
+  pace?: number,
+  batchAcrossSlots = false,
+  { RateLimiting, RedisStrategy }: Engine = current,
+  clock?: () => number,
+): Subject {
+  const client = redis.client()
+  const strategy = new RedisStrategy({ client, prefix: 'bench', batchAcrossSlots })
+  const rl = RateLimiting.newInstance(`bench-redis-${name}-${limit}`)
+  rl.new({ namespace: 'bench', windowSizes: [60], syncRate, strategy, ...(clock === undefined ? {} : { clock }) })
+  const limiter = rl.limiter({ namespace: 'bench', limits: [{ limit, window: 60 }] })
+  return {
+    name,
+    batch,
+    ...(pace === undefined ? {} : { pace }),
+    decide: (key) => limiter.hit(key),
+    close: async () => {
+      await rl.close()
+      client.disconnect()
+    },
   }
-  return out
 }
 
-function perDecision(value: number): string {
-  return value === 0 ? '0' : value < 0.001 ? value.toExponential(1) : value.toFixed(3)
+function flexible(redis: BenchRedis, limit = LIMIT): Subject {
+  const client = redis.client()
+  const rlf = new RateLimiterRedis({ storeClient: client, points: limit, duration: 60, keyPrefix: `rlflx-bench-${limit}` })
+  return { name: RLF, batch: 1, decide: (key) => rlf.consume(key), close: async () => client.disconnect() }
 }
 
-const server = await startRedisServer()
-const admin = new Redis(server.url)
-const rows: string[] = []
-const rates = new Map<string, number>()
+const FLOOR = 'floor: ioredis EVALSHA of a script that only returns'
+
+// What any limiter over ioredis pays at least: one EVALSHA round trip of one key, nothing done.
+function floor(redis: BenchRedis): Subject {
+  const client = redis.client()
+  client.defineCommand('benchFloor', { numberOfKeys: 1, lua: 'return 1' })
+  const call = (client as unknown as { benchFloor(key: string): Promise<unknown> }).benchFloor.bind(client)
+  return { name: FLOOR, batch: 1, decide: (key) => call(`floor:{${key}}`), close: async () => client.disconnect() }
+}
+
+interface Row {
+  readonly subject: string
+  readonly topology: string
+  readonly inFlight: number
+  readonly rate: number
+  readonly samples: RoundSample[]
+}
+
+const per = (samples: RoundSample[], f: (s: RoundSample) => number) => median(samples.map(f))
+const perDecision = (samples: RoundSample[], counter: string) => per(samples, (s) => (s.counters[counter] ?? 0) / s.decisions)
+const fmt = (value: number, digits = 1) =>
+  value === 0 ? '0' : value < 0.001 ? value.toExponential(1) : value.toFixed(value < 0.1 ? 3 : digits)
+const int = (value: number) => Math.round(value).toLocaleString('en-US')
+
+async function measure(redis: BenchRedis, subjects: Subject[], inFlight: number): Promise<Row[]> {
+  await redis.flush()
+  // warm-up: connections, scripts loaded, every key's windows created, the code optimized
+  for (const subject of subjects) await interleavedRounds([subject], KEYS, inFlight, 1, quick ? 100 : 500)
+  const samples = await interleavedRounds(subjects, KEYS, inFlight, ROUNDS, ROUND_MS, () => redis.counters())
+  const rows: Row[] = []
+  for (const [i, subject] of subjects.entries()) {
+    await subject.close()
+    const mine = samples[i] ?? []
+    const rate = per(mine, rateOf)
+    log(`${redis.topology}, ${subject.name}, ${inFlight} in flight: ${int(rate)} decisions/s`)
+    rows.push({ subject: subject.name, topology: redis.topology, inFlight, rate, samples: mine })
+  }
+  return rows
+}
+
+const rateOf = (s: RoundSample) => s.decisions / s.seconds
+
+// Ratio of the medians | median of the per-round ratios | their range (a round of `a` against the
+// round of `b` next to it).
+function ratios(a: Row, b: Row): string {
+  const rounds = a.samples.map((s, r) => rateOf(s) / rateOf(b.samples[r] as RoundSample))
+  const x = (v: number) => `${v.toFixed(2)}x`
+  return `${x(a.rate / b.rate)} | ${x(median(rounds))} | ${x(Math.min(...rounds))}-${x(Math.max(...rounds))}`
+}
+
+function detailRow(row: Row): string {
+  const s = row.samples
+  return `| ${row.subject} | ${row.topology} | ${row.inFlight} | ${int(row.rate)} | ${fmt(perDecision(s, 'sent'), 3)} | ${fmt(perDecision(s, 'executed'), 3)} | ${fmt(per(s, (x) => x.cpuUs / x.decisions))} | ${fmt(perDecision(s, 'serverCpuUs'))} | ${fmt(perDecision(s, 'bytesIn'), 0)} | ${fmt(perDecision(s, 'bytesOut'), 0)} |`
+}
+
 const loadAtStart = loadavg()[0] as number
+const syncRows: Row[] = []
+const periodicRows: Row[] = []
+const ratioRows: string[] = []
+const floorRows: string[] = []
+const dateNowRows: string[] = []
+const exactness: string[] = []
+let version = 'unknown'
 
-try {
-  const ours =
-    (name: string, syncRate: number, batch: number, pace?: number, batchAcrossSlots = false) =>
-    async (): Promise<Subject> => {
-      const client = new Redis(server.url)
-      const strategy = new RedisStrategy({ client, prefix: 'bench', batchAcrossSlots })
-      const rl = RateLimiting.newInstance(`bench-redis-${name}`)
-      rl.new({ namespace: 'bench', windowSizes: [60], syncRate, strategy })
-      const limiter = rl.limiter({ namespace: 'bench', limits: [{ limit: LIMIT, window: 60 }] })
-      return {
-        name,
-        batch,
-        ...(pace === undefined ? {} : { pace }),
-        decide: (key) => limiter.hit(key),
-        close: async () => {
-          await rl.close()
-          client.disconnect()
-        },
-      }
+for (const start of topologies) {
+  const redis = await start()
+  try {
+    version = await redis.version()
+    for (const inFlight of SYNC_IN_FLIGHT) {
+      const subjects = [ours(redis, SYNC, 0, 1), flexible(redis)]
+      subjects.push(floor(redis), ours(redis, SYNC_DATE_NOW, 0, 1, LIMIT, undefined, false, current, Date.now))
+      if (previous !== undefined) subjects.push(ours(redis, SYNC_BEFORE, 0, 1, LIMIT, undefined, false, previous))
+      const [mine, theirs, bottom, dateNow, old] = await measure(redis, subjects, inFlight)
+      syncRows.push(mine as Row, theirs as Row, bottom as Row, dateNow as Row)
+      if (old !== undefined) syncRows.push(old)
+      dateNowRows.push(`| ${redis.topology} | ${inFlight} | ${int((dateNow as Row).rate)} | ${ratios(dateNow as Row, theirs as Row)} |`)
+      floorRows.push(
+        `| ${redis.topology} | ${inFlight} | ${int((bottom as Row).rate)} | ${((theirs as Row).rate / (bottom as Row).rate).toFixed(2)} | ${((mine as Row).rate / (bottom as Row).rate).toFixed(2)} |`,
+      )
+      const line = `| ${redis.topology} | ${inFlight} | ${int((mine as Row).rate)} | ${int((theirs as Row).rate)} | ${ratios(mine as Row, theirs as Row)} |`
+      ratioRows.push(old === undefined ? line : `${line} ${int(old.rate)} | ${ratios(old, theirs as Row)} |`)
     }
-  const flexible = async (): Promise<Subject> => {
-    const client = new Redis(server.url)
-    const rlf = new RateLimiterRedis({ storeClient: client, points: LIMIT, duration: 60, keyPrefix: 'rlflx-bench' })
-    return {
-      name: 'rate-limiter-flexible RateLimiterRedis',
-      batch: 1,
-      decide: (key) => rlf.consume(key),
-      close: async () => client.disconnect(),
-    }
-  }
-
-  const plan: Array<{ inFlight: number; groups: Array<Array<() => Promise<Subject>>> }> = IN_FLIGHT.map((inFlight) => ({
-    inFlight,
-    // the local mode alone, then the store-bound subjects with their rounds interleaved, so that
-    // load drifting on this shared machine weighs on both alike
-    groups: [[ours(`ours, periodic (syncRate ${SYNC_RATE} s)`, SYNC_RATE, 256)], [ours('ours, synchronous (syncRate 0)', 0, 1), flexible]],
-  }))
-  plan.push({
-    inFlight: 1,
-    groups: [
-      [ours(`ours, periodic (syncRate ${SYNC_RATE} s), paced to ${PACED_RATE.toLocaleString('en-US')}/s`, SYNC_RATE, 100, PACED_RATE)],
-    ],
-  })
-  plan.push({
-    inFlight: 256,
-    groups: [[ours(`ours, periodic (syncRate ${SYNC_RATE} s), batchAcrossSlots`, SYNC_RATE, 256, undefined, true)]],
-  })
-
-  for (const { inFlight, groups } of plan) {
-    for (const group of groups) {
-      await admin.flushall()
-      const subjects: Subject[] = []
-      for (const make of group) subjects.push(await make())
-      const decisionRates = subjects.map(() => [] as number[])
-      const sentPer = subjects.map(() => [] as number[])
-      const executedPer = subjects.map(() => [] as number[])
-      const sentPerSecond = subjects.map(() => [] as number[])
-      const clientCpu = subjects.map(() => [] as number[])
-      const serverCpu = subjects.map(() => [] as number[])
-      // warm-up: connections, scripts loaded, every key's windows created
-      for (const subject of subjects) await measureDecisions(subject, KEYS, inFlight, quick ? 100 : 500)
-      for (let r = 0; r < ROUNDS; r++) {
-        for (const [i, subject] of subjects.entries()) {
-          const before = await commandStats(admin)
-          const cpuBefore = process.cpuUsage()
-          const { decisions, seconds } = await measureDecisions(subject, KEYS, inFlight, ROUND_MS)
-          const cpu = process.cpuUsage(cpuBefore)
-          const after = await commandStats(admin)
-          clientCpu[i]?.push((cpu.user + cpu.system) / decisions)
-          serverCpu[i]?.push((after.serverCpuUs - before.serverCpuUs) / decisions)
-          decisionRates[i]?.push(decisions / seconds)
-          sentPer[i]?.push((after.sent - before.sent) / decisions)
-          executedPer[i]?.push((after.executed - before.executed) / decisions)
-          sentPerSecond[i]?.push((after.sent - before.sent) / seconds)
-        }
-      }
-      for (const [i, subject] of subjects.entries()) {
-        await subject.close()
-        const rate = median(decisionRates[i] ?? [])
-        rates.set(`${subject.name}@${inFlight}`, rate)
-        const sent = median(sentPer[i] ?? [])
-        const executed = median(executedPer[i] ?? [])
-        const perSecond = median(sentPerSecond[i] ?? [])
-        const cpuUs = (values: number[] | undefined) => median(values ?? []).toFixed(median(values ?? []) < 0.1 ? 3 : 1)
-        const shown = Math.round(rate).toLocaleString('en-US')
-        log(
-          `${subject.name}, ${inFlight} in flight: ${shown} decisions/s, ${sent.toPrecision(3)} commands sent/decision, ${Math.round(perSecond)} commands/s`,
-        )
-        rows.push(
-          `| ${subject.name} | ${inFlight} | ${shown} | ${perDecision(sent)} | ${perDecision(executed)} | ${Math.round(perSecond).toLocaleString('en-US')} | ${cpuUs(clientCpu[i])} | ${cpuUs(serverCpu[i])} |`,
-        )
-      }
-    }
-  }
-
-  const ratio = (a: string, b: string, inFlight: number) => {
-    const x = rates.get(`${a}@${inFlight}`)
-    const y = rates.get(`${b}@${inFlight}`)
-    return x === undefined || y === undefined ? 'n/a' : `${(x / y).toFixed(x / y >= 10 ? 0 : 2)}x`
-  }
-  const periodic = `ours, periodic (syncRate ${SYNC_RATE} s)`
-  const synchronous = 'ours, synchronous (syncRate 0)'
-  const rlf = 'rate-limiter-flexible RateLimiterRedis'
-  const syncRatios = IN_FLIGHT.map((n) => ({ n, x: (rates.get(`${synchronous}@${n}`) ?? 0) / (rates.get(`${rlf}@${n}`) ?? 1) }))
-  const syncVerdict = syncRatios
-    .map(
-      ({ n, x }) =>
-        `${x.toFixed(2)}x the decisions of RateLimiterRedis at ${n} in flight${x >= 0.9 && x < 1.1 ? ' (within the noise of this machine)' : ''}`,
+    // exactly the limit admitted: 256 hits of one fresh key at once
+    const exactOurs = ours(redis, 'exact', 0, 1, EXACT_LIMIT)
+    const exactTheirs = flexible(redis, EXACT_LIMIT)
+    const admittedOurs = await admittedUnderConcurrency(
+      async (k) => ((await exactOurs.decide(k)) as { allowed: boolean }).allowed,
+      'exact-key',
+      256,
     )
-    .join(' and ')
-    .concat('.')
-  const ratios = IN_FLIGHT.map((n) => `| ${n} | ${ratio(periodic, rlf, n)} | ${ratio(synchronous, rlf, n)} |`).join('\n')
+    const admittedTheirs = await admittedUnderConcurrency(
+      (k) =>
+        (exactTheirs.decide(k) as Promise<unknown>).then(
+          () => true,
+          () => false,
+        ),
+      'exact-key',
+      256,
+    )
+    await exactOurs.close()
+    await exactTheirs.close()
+    exactness.push(`${redis.topology}: ours admitted ${admittedOurs}, RateLimiterRedis ${admittedTheirs}`)
+    log(`exactness, ${exactness[exactness.length - 1]}`)
+    if (!syncOnly && redis.topology === 'single node') {
+      for (const inFlight of PERIODIC_IN_FLIGHT) {
+        const periodic = [ours(redis, `ours, periodic (syncRate ${SYNC_RATE} s)`, SYNC_RATE, 256)]
+        // the previous code's periodic mode in the same rounds: what this change must not slow down
+        if (previous !== undefined)
+          periodic.push(ours(redis, 'ours before this change, periodic', SYNC_RATE, 256, LIMIT, undefined, false, previous))
+        periodicRows.push(...(await measure(redis, periodic, inFlight)))
+      }
+      const paced = `ours, periodic (syncRate ${SYNC_RATE} s), paced to ${PACED_RATE.toLocaleString('en-US')}/s`
+      periodicRows.push(...(await measure(redis, [ours(redis, paced, SYNC_RATE, 100, LIMIT, PACED_RATE)], 1)))
+      const across = `ours, periodic (syncRate ${SYNC_RATE} s), batchAcrossSlots`
+      periodicRows.push(...(await measure(redis, [ours(redis, across, SYNC_RATE, 256, LIMIT, undefined, true)], 256)))
+    }
+  } finally {
+    await redis.stop()
+  }
+}
+engine.cleanup()
+before?.cleanup()
 
-  const here = fileURLToPath(import.meta.url)
-  const command = ['node', ...process.execArgv, relative(process.cwd(), here), ...args].join(' ')
-  const version = /redis_version:(\S+)/.exec(await admin.info('server'))?.[1] ?? 'unknown'
-  const text = `# Benchmarks: Redis
+const here = fileURLToPath(import.meta.url)
+const command = ['node', ...process.execArgv, relative(process.cwd(), here), ...args].join(' ')
+const docPath = resolve(here, '..', '..', 'docs', 'BENCHMARKS-redis.md')
+// the notes and the runs recorded before this one stay, below the new figures
+let earlier = ''
+try {
+  const old = readFileSync(docPath, 'utf8')
+  const at = old.indexOf('\n## Notes')
+  if (at >= 0) earlier = old.slice(at)
+} catch {
+  // no document yet: nothing to keep
+}
+const text = `# Benchmarks: Redis
 
-Decisions per second (median of ${ROUNDS} rounds of ${ROUND_MS / 1000} s) and store commands per
-decision, for one limit of a 60 s window over 1,000 keys, every hit allowed. "In flight" is the
-number of decisions in progress at once (async workers in one process; a decision returned
-synchronously, as periodic mode returns it, is used without an \`await\`, as the adapters do). Each subject has one
-ioredis connection (default options) to a redis-server the bench starts for itself, so that
-\`INFO commandstats\`, read before and after every round, counts that subject's commands only.
-"Sent" counts what clients send (each a round trip: EVALSHA, EVAL, ...); "executed" adds the
-commands the scripts run inside Redis.
+Decisions per second and, per decision, store commands, bytes and CPU time, for one limit of a
+60 s window over 1,000 keys, every hit allowed. "In flight" is the number of decisions in progress
+at once (async workers in one process). Each subject has one ioredis client (default options; a
+Cluster client on the cluster) to servers the bench starts for itself, so that \`INFO\`, read
+before and after every round, counts that subject's commands only. ${ROUNDS} rounds of ${ROUND_MS / 1000} s per
+subject, the subjects' rounds interleaved (A B, B A, ...); medians.
 
-| subject | in flight | decisions/s | commands sent/decision | commands executed/decision | commands sent/s | client CPU µs/decision | Redis CPU µs/decision |
-|---|---:|---:|---:|---:|---:|---:|---:|
-${rows.join('\n')}
+## Synchronous mode against RateLimiterRedis
 
-Speed-up over RateLimiterRedis, same run:
+| topology | in flight | ours, synchronous: decisions/s | RateLimiterRedis: decisions/s | ratio of the medians | median of the per-round ratios | per-round ratios, range |${previous === undefined ? '' : ' before this change: decisions/s | ratio of the medians | median of the per-round ratios | per-round ratios, range |'}
+|---|---:|---:|---:|---:|---:|---:|${previous === undefined ? '' : '---:|---:|---:|---:|'}
+${ratioRows.join('\n')}
 
-| in flight | periodic / RateLimiterRedis | synchronous / RateLimiterRedis |
-|---:|---:|---:|
-${ratios}
+The same synchronous mode with \`clock: Date.now\` instead of the default cached clock, which arms
+a 1 ms timer per reading (see the notes below), against RateLimiterRedis in the same rounds:
 
-- Periodic mode decides locally; each sync (every ${SYNC_RATE * 1000} ms) sends one EVALSHA per
-  hash slot of the keys held for its writes and, after the settle time, one per slot for its
-  read-back (about two per key for 1,000 keys), whatever the request rate: compare its commands
-  per second with the paced row, which makes far fewer decisions and sends about the same number
-  of commands. With \`batchAcrossSlots\` (a single unsharded server only) a sync is one EVALSHA
-  per 512 key-windows written and one per 512 read back.
-- Synchronous mode sends exactly one EVALSHA per decision (one round trip): it writes this
-  process's count of the key's current window and reads back its total. The previous, closed
-  window is read in the same call at most once per second per key (a tenth of the window for
-  windows under 10 s) and its value held in between, so a late push or another process's reset
-  of it is seen within that second; the current window is always the store's answer to this
-  hit. The expiry is set when a window is created (PEXPIREAT, atomically in the same script).
-- RateLimiterRedis sends one EVALSHA per decision too: a fixed window, SET NX, INCRBY and PTTL on
-  one key, not idempotent (a retried call counts twice). Our script does an idempotent write of
-  this process's own slot instead (HMGET, HSET, compared with the seq held), the price of never
-  double counting; the "executed" column shows the commands it runs.
-- In the client, with decisions already waiting for replies the strategy holds the script calls
-  made in one tick and sends them as one socket write on the next (a lone call goes out at
-  once), and store-call timeouts share one deadline timer instead of a timer per call: at 256 in
-  flight that is most of the client CPU saved. At 1 in flight each decision is a full round trip
-  on loopback, so both subjects mostly wait on the kernel and on the other process. In this
-  run, synchronous mode made ${syncVerdict}
-- The machine is shared with other work, so figures move by tens of percent between runs;
-  compare rows of one run.
+| topology | in flight | ours, clock Date.now: decisions/s | ratio of the medians | median of the per-round ratios | per-round ratios, range |
+|---|---:|---:|---:|---:|---:|
+${dateNowRows.join('\n')}
 
-Run on ${new Date().toISOString().slice(0, 10)}: Node ${process.version}, ${cpus()[0]?.model.trim() ?? 'unknown CPU'} (${cpus().length} cores, shared
+How close each comes to the floor, an EVALSHA of a script that only returns (one key, one
+round trip, on the same kind of ioredis client): no limiter over ioredis can do better.
+
+| topology | in flight | floor: decisions/s | RateLimiterRedis / floor | ours / floor |
+|---|---:|---:|---:|---:|
+${floorRows.join('\n')}
+
+Exactly the limit admitted, ${EXACT_LIMIT} of 256 concurrent hits of one key: ${exactness.join('; ')}.
+
+| subject | topology | in flight | decisions/s | commands sent/decision | commands executed/decision | client CPU µs/decision | Redis CPU µs/decision | bytes to Redis/decision | bytes from Redis/decision |
+|---|---|---:|---:|---:|---:|---:|---:|---:|---:|
+${syncRows.map(detailRow).join('\n')}
+
+${
+  periodicRows.length === 0
+    ? ''
+    : `## Periodic mode (single node)
+
+| subject | topology | in flight | decisions/s | commands sent/decision | commands executed/decision | client CPU µs/decision | Redis CPU µs/decision | bytes to Redis/decision | bytes from Redis/decision |
+|---|---|---:|---:|---:|---:|---:|---:|---:|---:|
+${periodicRows.map(detailRow).join('\n')}
+
+`
+}Run on ${new Date().toISOString().slice(0, 10)}: Node ${process.version}, ${cpus()[0]?.model.trim() ?? 'unknown CPU'} (${cpus().length} cores, shared
 with other work: load average ${loadAtStart.toFixed(1)} at start, ${(loadavg()[0] as number).toFixed(1)} at end), redis-server ${version} on
-loopback (no persistence), ioredis ${(await import('ioredis/package.json', { with: { type: 'json' } })).default.version}.
+loopback (no persistence), ioredis ${(await import('ioredis/package.json', { with: { type: 'json' } })).default.version}, rate-limiter-flexible ${(await import('rate-limiter-flexible/package.json', { with: { type: 'json' } })).default.version}.
 
 Command:
 
     ${command}
-`
-  process.stdout.write(`${text}\n`)
-  if (write) {
-    const path = resolve(here, '..', '..', 'docs', 'BENCHMARKS-redis.md')
-    writeFileSync(path, text)
-    log(`wrote ${relative(process.cwd(), path)}`)
-  }
-} finally {
-  admin.disconnect()
-  await server.stop()
+${beforeDir === undefined ? '' : `\nThe rows "before this change" run the code in \`${beforeDir}\`, made with \`git archive <commit> src\` (see the bench's header).\n`}`
+process.stdout.write(`${text}${earlier}\n`)
+if (write) {
+  writeFileSync(docPath, `${text}${earlier}`)
+  log(`wrote ${relative(process.cwd(), docPath)}`)
 }

@@ -21,6 +21,8 @@ export type EngineSource = 'build' | 'source'
 export interface LoadedEngine {
   readonly ours: Ours
   readonly source: EngineSource
+  /** Imports another module of the same copy, by its path under src/ (`strategies/redis/index.ts`). */
+  load<T = Record<string, unknown>>(path: string): Promise<T>
   cleanup(): void
 }
 
@@ -68,7 +70,8 @@ function buildOptions(): ts.CompilerOptions {
 export async function loadOurs(source: EngineSource = 'build', srcDir = join(root, 'src')): Promise<LoadedEngine> {
   if (source === 'source') {
     const ours = (await import(pathToFileURL(join(srcDir, 'index.ts')).href)) as Ours
-    return { ours, source, cleanup: () => undefined }
+    const load = async <T>(path: string) => (await import(pathToFileURL(join(srcDir, path)).href)) as T
+    return { ours, source, load, cleanup: () => undefined }
   }
   const options = buildOptions()
   const outDir = mkdtempSync(join(tmpdir(), 'ratelimiting-bench-'))
@@ -83,7 +86,8 @@ export async function loadOurs(source: EngineSource = 'build', srcDir = join(roo
       writeFileSync(out, outputText)
     }
     const ours = (await import(pathToFileURL(join(outDir, 'src', 'index.js')).href)) as Ours
-    return { ours, source, cleanup: () => rmSync(outDir, { recursive: true, force: true }) }
+    const load = async <T>(path: string) => (await import(pathToFileURL(join(outDir, 'src', path.replace(/\.ts$/, '.js'))).href)) as T
+    return { ours, source, load, cleanup: () => rmSync(outDir, { recursive: true, force: true }) }
   } catch (err) {
     rmSync(outDir, { recursive: true, force: true })
     throw err

@@ -50,3 +50,46 @@ export async function measureDecisions(
 export function log(line: string): void {
   process.stderr.write(`[bench] ${line}\n`)
 }
+
+/** What one round of one subject measured. */
+export interface RoundSample {
+  readonly decisions: number
+  readonly seconds: number
+  /** Client CPU (user + system) of this process during the round, µs. */
+  readonly cpuUs: number
+  /** How much each counter of `probe` moved during the round. */
+  readonly counters: Readonly<Record<string, number>>
+}
+
+/**
+ * Runs `rounds` rounds of every subject, interleaved, the order reversed every other round (A B,
+ * B A, ...) so that load drifting on a shared machine, and what a round leaves behind (garbage,
+ * the server's state), weigh on every subject alike. `probe` reads counters (a server's
+ * commands, CPU time) before and after each round.
+ */
+export async function interleavedRounds<S extends LoadSubject>(
+  subjects: readonly S[],
+  keys: readonly string[],
+  inFlight: number,
+  rounds: number,
+  ms: number,
+  probe: (subject: S) => Promise<Record<string, number>> = async () => ({}),
+): Promise<RoundSample[][]> {
+  const samples = subjects.map(() => [] as RoundSample[])
+  for (let r = 0; r < rounds; r++) {
+    const order = subjects.map((_, i) => i)
+    if (r % 2 === 1) order.reverse()
+    for (const i of order) {
+      const subject = subjects[i] as S
+      const before = await probe(subject)
+      const cpuBefore = process.cpuUsage()
+      const { decisions, seconds } = await measureDecisions(subject, keys, inFlight, ms)
+      const cpu = process.cpuUsage(cpuBefore)
+      const after = await probe(subject)
+      const counters: Record<string, number> = {}
+      for (const name of Object.keys(after)) counters[name] = (after[name] as number) - (before[name] ?? 0)
+      samples[i]?.push({ decisions, seconds, cpuUs: cpu.user + cpu.system, counters })
+    }
+  }
+  return samples
+}

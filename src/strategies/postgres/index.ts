@@ -2,9 +2,10 @@
  * `ratelimiting/postgres`: the PostgreSQL strategy. See docs/STORES-postgres.md for the DDL,
  * `migrate()`, the purge and how faults are handled.
  */
-import { PostgresStrategy, type PostgresStrategyOptions } from './postgres-strategy.js'
+import type { PostgresStrategyOptions } from './options.js'
+import { PostgresStrategy } from './postgres-strategy.js'
 
-export type { PostgresStrategyOptions, PurgeReport } from './postgres-strategy.js'
+export type { PostgresStrategyOptions, PurgeReport } from './options.js'
 export type { PgClientLike, PgPoolLike } from './sessions.js'
 export { PostgresStrategy } from './postgres-strategy.js'
 

@@ -1,88 +1,25 @@
 import pg from 'pg'
 import { ConfigError, StoreError } from '../../core/errors.js'
-import {
-  type CounterRow,
-  currentAndPrevious,
-  type DiffBatch,
-  hasLoneSurrogate,
-  type Strategy,
-  type WindowPush,
-} from '../../core/strategy.js'
+import { type CounterRow, currentAndPrevious, type DiffBatch, type Strategy, type WindowPush } from '../../core/strategy.js'
 import { BUILT_IN_STORES } from '../capabilities.js'
+import { decodeKey, encodeKey, num, type PostgresStrategyOptions, positiveInteger, type PurgeReport } from './options.js'
 import { type PgPoolLike, Sessions, type Statement } from './sessions.js'
-import { ddl, isIdentifier, pageSql, purgeBatchSql, pushSql, RESET_NODE, resetSql, type TableNames, tableNames, windowSql } from './sql.js'
-
-/** Options of {@link PostgresStrategy}. Give `pool` or `connectionString`, not both. */
-export interface PostgresStrategyOptions {
-  /** A `pg.Pool` you own: the strategy checks clients out of it and never ends it. */
-  readonly pool?: PgPoolLike
-  /** A connection URI; the strategy then opens (and on `close()` ends) a pool of its own. */
-  readonly connectionString?: string
-  /** Connections of the strategy's own pool (with `connectionString`). @default 10 */
-  readonly poolSize?: number
-  /** Schema of the counters table; created by `migrate()` if missing. @default "public" */
-  readonly schema?: string
-  /** Name of the counters table. @default "ratelimiting_counters" */
-  readonly table?: string
-  /** How long a window outlives the two windows a rate can read, ms. @default 10_000 */
-  readonly graceMs?: number
-  /**
-   * Longest wait for a connection or one statement, ms. On expiry the connection is destroyed
-   * (a hung connection never comes back to the pool) and the call fails with STORE_TIMEOUT.
-   * Keep it at or below the namespaces' `storeTimeoutMs`. @default 1000
-   */
-  readonly queryTimeoutMs?: number
-  /** Rows per page of `getCounters`. @default 1000 */
-  readonly pageSize?: number
-  /** Rows one purge statement deletes at most. @default 1000 */
-  readonly purgeBatchSize?: number
-  /** Purge statements one `purge()` runs at most per window size; the rest waits for the next run. @default 100 */
-  readonly purgeMaxBatches?: number
-  /**
-   * Pushes start a background purge of their namespace at most this often, ms (no timer: the
-   * purge rides on the traffic). 0 leaves purging to your calls of `purge()`. @default 60_000
-   */
-  readonly purgeIntervalMs?: number
-  /** Called with failures of background work (the automatic purge); the strategy never prints. */
-  readonly onError?: (error: Error) => void
-}
-
-/** What one purge run did. */
-export interface PurgeReport {
-  /** False when another process held the purge lock: this run deleted nothing. */
-  readonly locked: boolean
-  /** Rows deleted. */
-  readonly deleted: number
-  /** DELETE statements run. */
-  readonly batches: number
-}
+import {
+  ddl,
+  isIdentifier,
+  pageSql,
+  purgeBatchSql,
+  pushOneSql,
+  pushSql,
+  RESET_NODE,
+  resetSql,
+  type TableNames,
+  tableNames,
+  windowSql,
+} from './sql.js'
 
 // Up to this many written (and refreshed) windows a push uses the statement with a cached plan.
 const SMALL_BATCH = 16
-
-// Postgres text cannot hold NUL; such keys (and keys that would look escaped) are stored as
-// \u0001 + JSON, which is injective and leaves every other key as it is.
-const ESCAPE = '\u0001'
-function encodeKey(key: string): string {
-  // JSON.stringify writes a lone surrogate as \udXXX: UTF-8 would turn it into U+FFFD
-  return key.includes('\u0000') || key.startsWith(ESCAPE) || hasLoneSurrogate(key) ? ESCAPE + JSON.stringify(key) : key
-}
-function decodeKey(stored: string): string {
-  return stored.startsWith(ESCAPE) ? (JSON.parse(stored.slice(1)) as string) : stored
-}
-
-function positiveInteger(name: string, value: unknown, fallback: number, min = 1): number {
-  const v = value ?? fallback
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < min)
-    throw new ConfigError('INVALID_OPTION', `postgres: ${name} must be an integer >= ${min}, got ${String(value)}`)
-  return v
-}
-
-// numeric comes back as text; counts are sums of JS numbers, so Number() is exact for every
-// count the engine can have produced.
-function num(text: unknown): number {
-  return typeof text === 'string' ? Number(text) : typeof text === 'number' ? text : 0
-}
 
 /**
  * A central store in PostgreSQL (9.5+ for ON CONFLICT; tested on 15). Each process owns its own
@@ -114,6 +51,7 @@ export class PostgresStrategy implements Strategy {
   private readonly onError: ((error: Error) => void) | undefined
   private readonly push: Statement
   private readonly pushSmall: Statement
+  private readonly pushOneStatement: Statement
   private readonly window: Statement
   private readonly firstPage: Statement
   private readonly nextPage: Statement
@@ -177,6 +115,7 @@ export class PostgresStrategy implements Strategy {
     const id = `rl_${schema}_${table}`.slice(0, 50)
     this.push = { name: `${id}_push`, text: pushSql(this.names) }
     this.pushSmall = { name: `${id}_push1`, text: pushSql(this.names, true) }
+    this.pushOneStatement = { name: `${id}_hit`, text: pushOneSql(this.names) }
     this.window = { name: `${id}_window`, text: windowSql(this.names) }
     this.firstPage = { name: `${id}_page0`, text: pageSql(this.names, false) }
     this.nextPage = { name: `${id}_page`, text: pageSql(this.names, true) }
@@ -215,6 +154,7 @@ export class PostgresStrategy implements Strategy {
     if (batch.nodeId === RESET_NODE)
       throw new StoreError('STORE_ERROR', this.name, `node id "${RESET_NODE}" is reserved for reset offsets; use another nodeId`)
     if (batch.windows.length === 0 && batch.refresh.length === 0) return []
+    if (batch.windows.length === 1 && batch.refresh.length <= 1) return this.pushOne(batch)
     // one row per key-window: ON CONFLICT cannot touch a row twice in one statement
     const writes = new Map<string, WindowPush>()
     for (const w of batch.windows) writes.set(`${w.windowSizeMs}\u0000${w.windowStartMs}\u0000${w.key}`, w)
@@ -262,6 +202,39 @@ export class PostgresStrategy implements Strategy {
       })
     }
     return rows
+  }
+
+  // A synchronous hit (one window written, at most one read): the statement with scalar parameters.
+  private async pushOne(batch: DiffBatch): Promise<CounterRow[]> {
+    const w = batch.windows[0] as WindowPush
+    const r = batch.refresh[0]
+    this.calls.push++
+    const result = await this.sessions.query('pushDiffs', this.pushOneStatement, [
+      batch.namespace,
+      batch.nodeId,
+      batch.seq,
+      encodeKey(w.key),
+      w.windowSizeMs,
+      w.windowStartMs,
+      String(w.count),
+      r === undefined ? null : encodeKey(r.key),
+      r?.windowSizeMs ?? null,
+      r?.windowStartMs ?? null,
+    ])
+    this.schedulePurge(batch)
+    const row = (result.rows[0] ?? {}) as Record<string, unknown>
+    const written: CounterRow = {
+      key: w.key,
+      windowStartMs: w.windowStartMs,
+      windowSizeMs: w.windowSizeMs,
+      count: num(row.count),
+      own: w.count,
+    }
+    if (r === undefined) return [written]
+    return [
+      written,
+      { key: r.key, windowStartMs: r.windowStartMs, windowSizeMs: r.windowSizeMs, count: num(row.read_count), own: num(row.read_own) },
+    ]
   }
 
   async *getCounters(namespace: string, windowSizesMs: readonly number[], nowMs: number, nodeId = ''): AsyncIterable<CounterRow> {

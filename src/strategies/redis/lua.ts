@@ -62,3 +62,34 @@ for i = 1, #KEYS do
 end
 return ARGV[1]
 `)
+
+/**
+ * {@link PUSH} for one synchronous hit, its common case: one key-window written (the key's current
+ * window) and the rest of the key's windows only read, with none of PUSH's loop, table or format
+ * work around the two commands that matter (HMGET, HSET). Same layout, same answer, so PUSH and
+ * SYNC_PUSH calls on one key-window mix freely (a sync retrying a failed synchronous hit).
+ *
+ * KEYS: the written key-window, then those only read.
+ * ARGV: nonce, nodeId, seq, count, expire-at (epoch ms) of the written one.
+ * Reply: as PUSH's.
+ */
+export const SYNC_PUSH = script(`
+local key, seq, count = KEYS[1], ARGV[3], ARGV[4]
+local cfield, sfield = 'c:' .. ARGV[2], 's:' .. ARGV[2]
+local held = redis.call('HMGET', key, 't', cfield, sfield)
+-- the others' share first, then this node's count: exact when the node is alone
+local sum = (tonumber(held[1] or 0) - tonumber(held[2] or 0)) + tonumber(count)
+-- whole numbers as they are (Lua's tostring is exact below 1e14), anything else round-trips
+local answer = (sum % 1 == 0 and sum < 1e14 and sum > -1e14) and tostring(sum) or string.format('%.17g', sum)
+if not held[3] or tonumber(held[3]) < tonumber(seq) then
+  redis.call('HSET', key, cfield, count, sfield, seq, 't', answer)
+  -- t exists exactly when the key does: a new key-window gets its (absolute) expiry here
+  if not held[1] then redis.call('PEXPIREAT', key, ARGV[5]) end
+end
+local out = ARGV[1] .. ' ' .. answer .. ' ' .. count
+for i = 2, #KEYS do
+  local read = redis.call('HMGET', KEYS[i], 't', cfield)
+  out = out .. ' ' .. (read[1] or '0') .. ' ' .. (read[2] or '0')
+end
+return out
+`)

@@ -14,7 +14,8 @@ import { BUILT_IN_STORES } from '../capabilities.js'
 import { CallPlan, type RowRef, type ScriptCall } from './call-plan.js'
 import { encodeKey, namespaceHead, type ParsedName, windowName } from './key-names.js'
 import { keySlot } from './key-slot.js'
-import { PUSH, RESET } from './lua.js'
+import { corkable, oneKeyArgs, oneWriteArgs } from './one-key.js'
+import { PUSH, RESET, SYNC_PUSH } from './lua.js'
 import { type RedisClientLike, type RedisCommands, type RedisStrategyOptions, resolveRedisOptions } from './options.js'
 import { scanNamespace } from './scan.js'
 import { evalScript, type LuaScript, redisError } from './scripts.js'
@@ -74,39 +75,16 @@ export class RedisStrategy implements Strategy {
     for (let i = 0; oneKey && i < windows.length; i++) oneKey = (windows[i] as WindowPush).key === key
     for (let i = 0; oneKey && i < refresh.length; i++) oneKey = (refresh[i] as WindowRef).key === key
     if (!oneKey) return this.pushMany(batch)
+    // one window written (a synchronous hit): SYNC_PUSH, the lean script; else PUSH
+    const nonce = this.nonce()
     let args: string[]
     try {
-      args = this.oneKeyArgs(batch, key)
+      const head = this.head(batch.namespace)
+      args = windows.length === 1 ? oneWriteArgs(batch, key, head, nonce, this.graceMs) : oneKeyArgs(batch, key, head, nonce, this.graceMs)
     } catch (err) {
       return Promise.reject(this.storeError(err))
     }
-    const nonce = args[size] as string
-    return this.send(size, args, (reply) => this.oneKeyRows(reply, nonce, windows, refresh))
-  }
-
-  // KEYS and ARGV of one call for a batch of one key's windows: its names (written ones first),
-  // nonce, nodeId, seq, the number written, then count and expire-at of each written window.
-  private oneKeyArgs(batch: DiffBatch, key: string): string[] {
-    const { windows, refresh } = batch
-    const head = this.head(batch.namespace)
-    const encoded = encodeKey(key)
-    const args: string[] = []
-    for (let i = 0; i < windows.length; i++) {
-      const w = windows[i] as WindowPush
-      if (typeof w.count !== 'number' || !Number.isFinite(w.count))
-        throw new RangeError(`redis: count of ${JSON.stringify(w.key)} must be a finite number, got ${String(w.count)}`)
-      args.push(windowName(head, encoded, w.windowSizeMs, w.windowStartMs))
-    }
-    for (let i = 0; i < refresh.length; i++) {
-      const r = refresh[i] as WindowRef
-      args.push(windowName(head, encoded, r.windowSizeMs, r.windowStartMs))
-    }
-    args.push(this.nonce(), batch.nodeId, String(batch.seq), String(windows.length))
-    for (let i = 0; i < windows.length; i++) {
-      const w = windows[i] as WindowPush
-      args.push(String(w.count), String(windowExpiresAtMs(w.windowStartMs, w.windowSizeMs, this.graceMs)))
-    }
-    return args
+    return this.send(windows.length === 1 ? SYNC_PUSH : PUSH, size, args, (reply) => this.oneKeyRows(reply, nonce, windows, refresh))
   }
 
   private oneKeyRows(reply: unknown, nonce: string, windows: readonly WindowPush[], refresh: readonly WindowRef[]): CounterRow[] {
@@ -273,20 +251,20 @@ export class RedisStrategy implements Strategy {
   private runCall(call: ScriptCall, nodeId: string, seq: string, rows: CounterRow[]): Promise<void> {
     const nonce = this.nonce()
     const numKeys = call.names.length
-    return this.send(numKeys, this.argv(call, nonce, nodeId, seq), (reply) =>
+    return this.send(PUSH, numKeys, this.argv(call, nonce, nodeId, seq), (reply) =>
       this.fillRows(reply, nonce, numKeys, call.refs, call.rowIndex, rows),
     )
   }
 
-  // One PUSH call (evalScript: EVALSHA, EVAL on NOSCRIPT), `read` applied to its reply in the
-  // same reaction; failures become StoreErrors. Counts the calls in flight, and corks the socket
-  // for this tick when others are already waiting (see cork()).
-  private send<T>(numKeys: number, keysAndArgs: string[], read: (reply: unknown) => T): Promise<T> {
+  // One PUSH or SYNC_PUSH call (evalScript: EVALSHA, EVAL on NOSCRIPT), `read` applied to its
+  // reply in the same reaction; failures become StoreErrors. Counts the calls in flight, and
+  // corks the socket for this tick when others are already waiting (see cork()).
+  private send<T>(script: LuaScript, numKeys: number, keysAndArgs: string[], read: (reply: unknown) => T): Promise<T> {
     if (this.inFlight > 0 && !this.corked) this.cork()
     this.inFlight++
     return evalScript(
       this.client,
-      PUSH,
+      script,
       numKeys,
       keysAndArgs,
       (reply) => {
@@ -303,16 +281,15 @@ export class RedisStrategy implements Strategy {
   // With calls already waiting for replies (many hits in flight), holds this tick's writes and
   // sends them as one socket write on the next tick: one syscall (and one read in Redis) for
   // every call a batch of replies set off, instead of one each. A lone call is written at once.
-  // Only a single-server client exposes its socket; a cluster client writes as it comes.
+  // On a cluster client, every master's connection is held the same way.
   private cork(): void {
-    const client = this.client as RedisClientLike & { stream?: { cork?: () => void; uncork?: () => void } }
-    const stream = client.stream
-    if (client.status !== 'ready' || typeof stream?.cork !== 'function' || typeof stream.uncork !== 'function') return
-    stream.cork()
+    const streams = corkable(this.client)
+    if (streams.length === 0) return
+    for (const stream of streams) stream.cork()
     this.corked = true
     process.nextTick(() => {
       this.corked = false
-      stream.uncork?.()
+      for (const stream of streams) stream.uncork()
     })
   }
 

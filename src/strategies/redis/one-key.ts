@@ -1,0 +1,74 @@
+/**
+ * The arguments of a push of one key (what a synchronous hit sends: one script call), and the
+ * client sockets the strategy corks while many calls are in flight.
+ */
+import { type DiffBatch, type WindowPush, type WindowRef, windowExpiresAtMs } from '../../core/strategy.js'
+import { encodeKey, windowName } from './key-names.js'
+import type { RedisClientLike } from './options.js'
+
+function checkCount(w: WindowPush): void {
+  if (typeof w.count !== 'number' || !Number.isFinite(w.count))
+    throw new RangeError(`redis: count of ${JSON.stringify(w.key)} must be a finite number, got ${String(w.count)}`)
+}
+
+/**
+ * KEYS and ARGV of a SYNC_PUSH call (a synchronous hit: one window written, the key's others
+ * read): the names (the written one first), nonce, nodeId, seq, count, expire-at.
+ */
+export function oneWriteArgs(batch: DiffBatch, key: string, head: string, nonce: string, graceMs: number): string[] {
+  const w = batch.windows[0] as WindowPush
+  const refresh = batch.refresh
+  checkCount(w)
+  const encoded = encodeKey(key)
+  const args = [windowName(head, encoded, w.windowSizeMs, w.windowStartMs)]
+  for (let i = 0; i < refresh.length; i++) {
+    const r = refresh[i] as WindowRef
+    args.push(windowName(head, encoded, r.windowSizeMs, r.windowStartMs))
+  }
+  args.push(nonce, batch.nodeId, String(batch.seq), String(w.count), String(windowExpiresAtMs(w.windowStartMs, w.windowSizeMs, graceMs)))
+  return args
+}
+
+/**
+ * KEYS and ARGV of a PUSH call for a batch of one key's windows: its names (written ones first),
+ * nonce, nodeId, seq, the number written, then count and expire-at of each written window.
+ */
+export function oneKeyArgs(batch: DiffBatch, key: string, head: string, nonce: string, graceMs: number): string[] {
+  const { windows, refresh } = batch
+  const encoded = encodeKey(key)
+  const args: string[] = []
+  for (let i = 0; i < windows.length; i++) {
+    const w = windows[i] as WindowPush
+    checkCount(w)
+    args.push(windowName(head, encoded, w.windowSizeMs, w.windowStartMs))
+  }
+  for (let i = 0; i < refresh.length; i++) {
+    const r = refresh[i] as WindowRef
+    args.push(windowName(head, encoded, r.windowSizeMs, r.windowStartMs))
+  }
+  args.push(nonce, batch.nodeId, String(batch.seq), String(windows.length))
+  for (let i = 0; i < windows.length; i++) {
+    const w = windows[i] as WindowPush
+    args.push(String(w.count), String(windowExpiresAtMs(w.windowStartMs, w.windowSizeMs, graceMs)))
+  }
+  return args
+}
+
+export interface Corkable {
+  cork(): void
+  uncork(): void
+}
+
+type Connection = { status?: string; stream?: Partial<Corkable> }
+
+// The sockets of a client that are ready to write: a single-server client's own, or each master's
+// of a cluster client (its commands go out on those).
+export function corkable(client: RedisClientLike): Corkable[] {
+  const connections = (typeof client.nodes === 'function' ? client.nodes('master') : [client]) as Connection[]
+  const out: Corkable[] = []
+  for (const c of connections) {
+    const stream = c.stream
+    if (c.status === 'ready' && typeof stream?.cork === 'function' && typeof stream.uncork === 'function') out.push(stream as Corkable)
+  }
+  return out
+}
