@@ -1,9 +1,7 @@
 import { performance } from 'node:perf_hooks'
 import { StoreError } from '../core/errors.js'
 import { withTimeout } from '../core/timeout.js'
-import { corkable } from '../strategies/redis/one-key.js'
-import type { RedisClientLike } from '../strategies/redis/options.js'
-import { evalScript, type LuaScript, redisError } from '../strategies/redis/scripts.js'
+import { corkable, evalScript, type LuaScript, redisError } from '../strategies/redis/scripts.js'
 import type { RedisScriptClient } from './types.js'
 
 // How much earlier than the caller's timeout a script's deadline falls on Redis's clock: the time
@@ -64,7 +62,7 @@ function sending(client: RedisScriptClient): Writes {
     writes.set(client, state)
   }
   if (state.inFlight > 0 && !state.corked) {
-    const streams = corkable(client as unknown as RedisClientLike)
+    const streams = corkable(client)
     if (streams.length > 0) {
       const held = state
       for (const stream of streams) stream.cork()

@@ -44,21 +44,18 @@ export function estimate(pred: Float64Array, slot: number, others: number, windo
 /**
  * A sync read `others`, the others' count of the slot's current window (it starts at
  * `windowStartMs`), at `nowMs`. The first read sets the baseline. A read at least `MIN_SPAN` of
- * `capMs` (the sync interval) after the baseline measures the rate (0 when the count did not
- * grow) and becomes the baseline; a closer read changes nothing here.
+ * `capMs` (the sync interval) after the baseline measures the rate and becomes the baseline;
+ * a closer read changes nothing here. When the window turned since the baseline, the growth is
+ * the new window's count (hits since its start) over the whole span: an underestimate for one
+ * measurement, and 0 when the others were quiet, as they must read then.
  */
 export function observe(pred: Float64Array, slot: number, others: number, windowStartMs: number, nowMs: number, capMs: number): void {
   const i = slot * PRED_STRIDE
-  let baseAt = pred[i + BASE_AT] as number
+  const baseAt = pred[i + BASE_AT] as number
   if (baseAt !== 0) {
-    let base = pred[i + BASE] as number
-    if (baseAt < windowStartMs) {
-      baseAt = windowStartMs
-      base = 0
-    }
     const span = nowMs - baseAt
     if (span < MIN_SPAN * capMs) return
-    const grown = others - base
+    const grown = others - (baseAt < windowStartMs ? 0 : (pred[i + BASE] as number))
     pred[i + RATE] = grown > 0 ? grown / span : 0
   }
   pred[i + BASE] = others

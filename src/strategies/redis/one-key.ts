@@ -1,10 +1,8 @@
 /**
- * The arguments of a push of one key (what a synchronous hit sends: one script call), and the
- * client sockets the strategy corks while many calls are in flight.
+ * The arguments of a push of one key (what a synchronous hit sends: one script call).
  */
 import { type DiffBatch, type WindowPush, type WindowRef, windowExpiresAtMs } from '../../core/strategy.js'
 import { encodeKey, windowName } from './key-names.js'
-import type { RedisClientLike } from './options.js'
 
 function checkCount(w: WindowPush): void {
   if (typeof w.count !== 'number' || !Number.isFinite(w.count))
@@ -52,23 +50,4 @@ export function oneKeyArgs(batch: DiffBatch, key: string, head: string, nonce: s
     args.push(String(w.count), String(windowExpiresAtMs(w.windowStartMs, w.windowSizeMs, graceMs)))
   }
   return args
-}
-
-export interface Corkable {
-  cork(): void
-  uncork(): void
-}
-
-type Connection = { status?: string; stream?: Partial<Corkable> }
-
-// The sockets of a client that are ready to write: a single-server client's own, or each master's
-// of a cluster client (its commands go out on those).
-export function corkable(client: RedisClientLike): Corkable[] {
-  const connections = (typeof client.nodes === 'function' ? client.nodes('master') : [client]) as Connection[]
-  const out: Corkable[] = []
-  for (const c of connections) {
-    const stream = c.stream
-    if (c.status === 'ready' && typeof stream?.cork === 'function' && typeof stream.uncork === 'function') out.push(stream as Corkable)
-  }
-  return out
 }

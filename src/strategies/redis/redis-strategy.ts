@@ -14,11 +14,11 @@ import { BUILT_IN_STORES } from '../capabilities.js'
 import { CallPlan, type RowRef, type ScriptCall } from './call-plan.js'
 import { encodeKey, namespaceHead, type ParsedName, windowName } from './key-names.js'
 import { keySlot } from './key-slot.js'
-import { corkable, oneKeyArgs, oneWriteArgs } from './one-key.js'
+import { oneKeyArgs, oneWriteArgs } from './one-key.js'
 import { PUSH, RESET, SYNC_PUSH } from './lua.js'
 import { type RedisClientLike, type RedisCommands, type RedisStrategyOptions, resolveRedisOptions } from './options.js'
 import { scanNamespace } from './scan.js'
-import { evalScript, type LuaScript, redisError } from './scripts.js'
+import { corkable, evalScript, type LuaScript, redisError } from './scripts.js'
 
 /**
  * The Redis store, for a single node or a Redis Cluster, over ioredis.

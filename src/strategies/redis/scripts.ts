@@ -63,3 +63,26 @@ export function redisError(err: unknown, strategy = 'redis'): StoreError {
   const refused = error?.name === 'ReplyError' || err instanceof RangeError
   return new StoreError(refused ? 'STORE_ERROR' : 'STORE_UNAVAILABLE', strategy, error?.message ?? String(err), { cause: err })
 }
+
+export interface Corkable {
+  cork(): void
+  uncork(): void
+}
+
+type Connection = { status?: string; stream?: Partial<Corkable> }
+
+/**
+ * The sockets of a client that are ready to write: a single-server client's own, or each
+ * master's of a cluster client (its commands go out on those). The strategy and the service's
+ * algorithms cork them while many calls are in flight.
+ */
+export function corkable(client: object): Corkable[] {
+  const cluster = client as { nodes?: (role: string) => unknown[] }
+  const connections = (typeof cluster.nodes === 'function' ? cluster.nodes('master') : [client]) as Connection[]
+  const out: Corkable[] = []
+  for (const c of connections) {
+    const stream = c.stream
+    if (c.status === 'ready' && typeof stream?.cork === 'function' && typeof stream.uncork === 'function') out.push(stream as Corkable)
+  }
+  return out
+}
