@@ -98,6 +98,11 @@ function engineOptions(s: Setup) {
   }
 }
 
+/** Our middlewares' options for a setup: the limit per minute, the key, the engine and the refunds. */
+function middlewareOptions<K, A extends unknown[]>(s: Setup, key: K, status: (...args: A) => number) {
+  return { limit: s.limit, windowMs: 60_000, key, ...engineOptions(s), ...refundOptions(s, status) }
+}
+
 function refundOptions<A extends unknown[]>(s: Setup, status: (...args: A) => number) {
   return {
     ...(s.skipFailedRequests === undefined ? {} : { skipFailedRequests: s.skipFailedRequests }),
@@ -151,13 +156,7 @@ const ourExpress: Framework = {
   hitTime: true,
   async start(s) {
     const slow = slowState()
-    const mw = createExpressMiddleware({
-      limit: s.limit,
-      windowMs: 60_000,
-      key: byHeader,
-      ...engineOptions(s),
-      ...refundOptions(s, (_req: express.Request, res: express.Response) => res.statusCode),
-    })
+    const mw = createExpressMiddleware(middlewareOptions(s, byHeader, (_req: express.Request, res: express.Response) => res.statusCode))
     const app = express()
     app.use(mw)
     expressRoutes(app, slow, s)
@@ -249,13 +248,7 @@ const ourFastifyHook: Framework = {
   hitTime: true,
   async start(s) {
     const slow = slowState()
-    const hook = createFastifyHook({
-      limit: s.limit,
-      windowMs: 60_000,
-      key: fastifyKey,
-      ...engineOptions(s),
-      ...refundOptions(s, (_request: unknown, reply: { statusCode: number }) => reply.statusCode),
-    })
+    const hook = createFastifyHook(middlewareOptions(s, fastifyKey, (_request: unknown, reply: { statusCode: number }) => reply.statusCode))
     const app = Fastify()
     app.addHook('onRequest', hook)
     fastifyRoutes(app, slow, s)
@@ -283,13 +276,10 @@ const ourFastifyPlugin: Framework = {
   async start(s) {
     const slow = slowState()
     const app = Fastify()
-    await app.register(fastifyRateLimiting, {
-      limit: s.limit,
-      windowMs: 60_000,
-      key: fastifyKey,
-      ...engineOptions(s),
-      ...refundOptions(s, (_request: unknown, reply: { statusCode: number }) => reply.statusCode),
-    })
+    await app.register(
+      fastifyRateLimiting,
+      middlewareOptions(s, fastifyKey, (_request: unknown, reply: { statusCode: number }) => reply.statusCode),
+    )
     fastifyRoutes(app, slow, s)
     const base = await app.listen({ port: 0, host: '127.0.0.1' })
     // local counts: a refund is taken back as the response ends
@@ -303,13 +293,13 @@ const ourHono: Framework = {
   hitTime: true,
   async start(s) {
     const slow = slowState()
-    const mw = createHonoMiddleware({
-      limit: s.limit,
-      windowMs: 60_000,
-      key: (c: Context) => c.req.header('x-client') ?? 'anonymous',
-      ...engineOptions(s),
-      ...refundOptions(s, (c: Context) => c.res.status),
-    })
+    const mw = createHonoMiddleware(
+      middlewareOptions(
+        s,
+        (c: Context) => c.req.header('x-client') ?? 'anonymous',
+        (c: Context) => c.res.status,
+      ),
+    )
     const app = new Hono()
     app.use('*', mw)
     app.get('/ok', (c) => c.text('ok'))
