@@ -5,6 +5,8 @@ import type { Strategy, StrategyFactory } from './strategy.js'
 export interface StrategyInfo {
   /** False when the store cannot hold decimal counts: decimal values are then refused per hit. @default true */
   readonly supportsDecimals?: boolean
+  /** True when the store keeps blocks (`Strategy.supportsBlocks`); a synced namespace refuses blocking otherwise. @default false */
+  readonly supportsBlocks?: boolean
 }
 
 const factories = new Map<string, { factory: StrategyFactory; info: StrategyInfo }>()
@@ -25,6 +27,11 @@ export function registerStrategy(name: string, factory: StrategyFactory, info: S
 /** Whether a registered strategy holds decimal counts (true for unknown names). */
 export function strategySupportsDecimals(name: string): boolean {
   return factories.get(name)?.info.supportsDecimals ?? true
+}
+
+/** Whether a registered strategy keeps blocks (false for unknown names). */
+export function strategySupportsBlocks(name: string): boolean {
+  return factories.get(name)?.info.supportsBlocks ?? false
 }
 
 /** Whether `name` is a registered strategy. */

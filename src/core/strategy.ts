@@ -43,6 +43,25 @@ export interface DiffBatch {
   readonly windows: readonly WindowPush[]
   /** Key-windows to read back, besides those written. */
   readonly refresh: readonly WindowRef[]
+  /**
+   * Blocks to set or lift (`limiter.block()`, a limit's `blockMs`), applied before any row is
+   * read; sent only to a store with `supportsBlocks`. docs/ARCHITECTURE.md, "Blocks".
+   */
+  readonly blocks?: readonly BlockWrite[]
+  /** When true, every row answered carries its key's `blockedUntilMs` (a store with `supportsBlocks`). */
+  readonly readBlocks?: boolean
+}
+
+/**
+ * A block of one key of the batch's namespace: every hit of the key is denied until `untilMs`,
+ * whatever its counts say. A store keeps the later of the end it holds and the one written (two
+ * processes blocking at once never shorten each other's block), forgets a block once it has
+ * ended, and lifts it on a write of `untilMs: 0`.
+ */
+export interface BlockWrite {
+  readonly key: string
+  /** When the block ends, epoch ms on the engine's clock (a whole number); 0 lifts the key's block. */
+  readonly untilMs: number
 }
 
 /** The stored state of one key-window. */
@@ -51,6 +70,11 @@ export interface CounterRow extends WindowRef {
   readonly count: number
   /** What the store holds for the asking node (0 when it holds nothing). */
   readonly own: number
+  /**
+   * With `readBlocks`: when the key's block ends, epoch ms, or 0 when it has none at the batch's
+   * `nowMs` (a block that ended by then reads as 0).
+   */
+  readonly blockedUntilMs?: number
 }
 
 /**
@@ -63,6 +87,11 @@ export interface Strategy {
   readonly name: string
   /** False when the store cannot hold decimal counts; the engine then refuses decimal values. */
   readonly supportsDecimals: boolean
+  /**
+   * True when the store keeps blocks (`DiffBatch.blocks` and `readBlocks`), so that a block
+   * reaches the fleet; without it, a synced namespace refuses blocking. @default false
+   */
+  readonly supportsBlocks?: boolean
   /**
    * Applies every write of `batch` (atomically per key-window, idempotently by `nodeId`/`seq`)
    * and resolves with one row for each key-window written or listed in `refresh`, zeros for

@@ -1,14 +1,14 @@
 /**
  * What the engine must know of each built-in store before its module (and its driver) loads:
- * `rl.new({ strategy: 'memcached' })` refuses decimal values per hit from the first one. The one
+ * `rl.new({ strategy: 'memcached' })` refuses decimal values per hit from the first one, and knows the store keeps blocks. The one
  * place this is written; each store class and the root entry's registrations read it here.
  */
 export const BUILT_IN_STORES = {
-  memory: { supportsDecimals: true },
+  memory: { supportsDecimals: true, supportsBlocks: true },
   // counts as the shortest decimal that round-trips (String(n)), totals as doubles
-  redis: { supportsDecimals: true },
+  redis: { supportsDecimals: true, supportsBlocks: true },
   // counts are numeric: decimals held and summed exactly
-  postgres: { supportsDecimals: true },
+  postgres: { supportsDecimals: true, supportsBlocks: true },
   // a log of integer entries
-  memcached: { supportsDecimals: false },
+  memcached: { supportsDecimals: false, supportsBlocks: true },
 } as const

@@ -50,10 +50,13 @@ function total(w: StoredWindow): number {
 export class MemoryStrategy implements Strategy {
   readonly name = 'memory'
   readonly supportsDecimals = BUILT_IN_STORES.memory.supportsDecimals
+  readonly supportsBlocks = BUILT_IN_STORES.memory.supportsBlocks
   /** Calls received, by method, for tests and diagnostics. */
   readonly calls = { pushDiffs: 0, getCounters: 0, getWindow: 0, resetKey: 0, purge: 0 }
   private readonly graceMs: number
   private readonly windows = new Map<string, StoredWindow>()
+  // blocks: namespace NUL key -> when the block ends, epoch ms (swept with the windows)
+  private readonly blocks = new Map<string, number>()
   private fault: Fault | undefined
   private failPushes = 0
   private loseReplies = 0
@@ -101,6 +104,7 @@ export class MemoryStrategy implements Strategy {
   /** Loses every stored window, as a store restarted without persistence does. */
   restart(): void {
     this.windows.clear()
+    this.blocks.clear()
   }
 
   async pushDiffs(batch: DiffBatch): Promise<CounterRow[]> {
@@ -111,6 +115,13 @@ export class MemoryStrategy implements Strategy {
       throw new StoreError('STORE_UNAVAILABLE', this.name, 'injected failure: push not applied')
     }
     this.sweep(batch.nowMs)
+    if (batch.blocks !== undefined) {
+      for (const b of batch.blocks) {
+        const id = `${batch.namespace}\u0000${b.key}`
+        if (b.untilMs === 0) this.blocks.delete(id)
+        else if (!((this.blocks.get(id) ?? 0) >= b.untilMs)) this.blocks.set(id, b.untilMs)
+      }
+    }
     const rows: CounterRow[] = []
     for (const w of batch.windows) {
       const id = storeKey(batch.namespace, w.windowSizeMs, w.windowStartMs, w.key)
@@ -153,7 +164,19 @@ export class MemoryStrategy implements Strategy {
       this.loseReplies--
       throw new StoreError('STORE_REPLY_LOST', this.name, 'injected failure: push applied, reply lost')
     }
+    if (batch.readBlocks === true)
+      return rows.map((row) => ({ ...row, blockedUntilMs: this.blockOf(batch.namespace, row.key, batch.nowMs) }))
     return rows
+  }
+
+  /** Blocks held now (ended ones go with the next sweep). */
+  get blockCount(): number {
+    return this.blocks.size
+  }
+
+  private blockOf(namespace: string, key: string, nowMs: number): number {
+    const until = this.blocks.get(`${namespace}\u0000${key}`)
+    return until !== undefined && until > nowMs ? until : 0
   }
 
   async *getCounters(namespace: string, windowSizesMs: readonly number[], nowMs: number, nodeId = ''): AsyncIterable<CounterRow> {
@@ -211,6 +234,7 @@ export class MemoryStrategy implements Strategy {
     if (nowMs < this.nextSweepMs) return
     this.nextSweepMs = nowMs + 1000
     for (const [id, w] of this.windows) if (w.expiresAtMs <= nowMs) this.windows.delete(id)
+    for (const [id, until] of this.blocks) if (until <= nowMs) this.blocks.delete(id)
   }
 
   private async gate(): Promise<void> {

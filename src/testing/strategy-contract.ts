@@ -14,6 +14,7 @@ import { randomUUID } from 'node:crypto'
 import { after, before, describe, it } from 'node:test'
 import type { CounterRow, DiffBatch, Strategy, WindowPush, WindowRef } from '../core/strategy.js'
 import { MAX_WINDOW_MS, windowStartMs } from '../core/window.js'
+import { runBlockContract } from './block-contract.js'
 import { readWindow } from './read-window.js'
 
 /** What {@link runStrategyContract} needs. */
@@ -316,5 +317,10 @@ export function runStrategyContract(options: StrategyContractOptions): void {
       const left = await collect(s.getCounters(ns, [SIZE], nowMs))
       assert.deepEqual(left, [], 'expired windows are gone after a purge')
     })
+
+    it('says whether it keeps blocks', () => {
+      assert.ok(s.supportsBlocks === undefined || typeof s.supportsBlocks === 'boolean')
+    })
+    describe('blocks', () => runBlockContract(() => s))
   })
 }
