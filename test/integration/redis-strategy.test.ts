@@ -10,10 +10,12 @@ import { after, before, describe, it } from 'node:test'
 import { Cluster, Redis } from 'ioredis'
 import { ConfigError } from '../../src/core/errors.js'
 import { RateLimiting } from '../../src/core/rate-limiting.js'
-import { windowExpiresAtMs } from '../../src/core/strategy.js'
+import { type BlockWrite, type CounterRow, type DiffBatch, type Strategy, windowExpiresAtMs } from '../../src/core/strategy.js'
 import { windowStartMs } from '../../src/core/window.js'
+import { MemoryStrategy } from '../../src/strategies/memory.js'
 import { RedisStrategy } from '../../src/strategies/redis/index.js'
 import { keySlot } from '../../src/strategies/redis/key-slot.js'
+import { PUSH, PUSH_BLOCKS, SYNC_PUSH, SYNC_PUSH_BLOCKS } from '../../src/strategies/redis/lua.js'
 import { runStrategyContract } from '../../src/testing/strategy-contract.js'
 import { type RedisServerHandle, sharedClusterPorts, sharedRedisUrl, startRedisServer } from '../support/redis-server.js'
 
@@ -165,6 +167,43 @@ describe('redis strategy: data model on a cluster', () => {
     assert.deepEqual(await read('{b}'), ['}{%7D=5'])
     assert.equal((await strategy.getWindow('}{%7D', '{b}', start, 60_000)).count, 5)
   })
+
+  it("keeps a key's block in its windows' slot, and getCounters never takes a block for a window", async () => {
+    const now = nowMs()
+    const start = windowStartMs(now, 60_000)
+    const keys = Array.from({ length: 60 }, (_, i) => (i % 7 === 0 ? `{u}-${i}` : `user-${i}`))
+    // blocks of every third key, some of keys without a window in the batch (their own calls)
+    const blocks = keys.filter((_, i) => i % 3 === 0).map((key, i) => ({ key, untilMs: now + 30_000 + i }))
+    const rows = await strategy.pushDiffs({
+      ...batch(
+        'blk',
+        'n1',
+        1,
+        keys.slice(0, 40).map((key) => ({ key, windowStartMs: start, windowSizeMs: 60_000, count: 2 })),
+      ),
+      nowMs: now,
+      refresh: keys.slice(40).map((key) => ({ key, windowStartMs: start, windowSizeMs: 60_000 })),
+      blocks,
+      readBlocks: true,
+    })
+    const ends = new Map(blocks.map((b) => [b.key, b.untilMs]))
+    assert.deepEqual(
+      rows.map((r) => [r.key, r.count, r.blockedUntilMs]),
+      keys.map((key, i) => [key, i < 40 ? 2 : 0, ends.get(key) ?? 0]),
+    )
+    const master = client.nodes('master')[0] as Redis
+    for (const key of keys.filter((_, i) => i % 3 === 0)) {
+      const encoded = key.replace(/[{}]/g, (c) => (c === '{' ? '%7B' : '%7D'))
+      const block = `${prefix}:{blk:${encoded}}:b`
+      assert.equal(keySlot(block), keySlot(`${prefix}:{blk:${encoded}}:60000:${start}`), 'one slot for the block and the windows')
+      assert.equal(Number(await master.call('CLUSTER', 'KEYSLOT', block)), keySlot(block), 'our slot is the server slot')
+      assert.equal(await client.get(block), String(ends.get(key)))
+    }
+    const counted: CounterRow[] = []
+    for await (const row of strategy.getCounters('blk', [60_000], now, 'n1')) counted.push(row)
+    assert.deepEqual(counted.map((r) => r.key).sort(), keys.slice(0, 40).sort(), 'windows only, no block')
+    assert.ok(counted.every((r) => r.count === 2 && r.windowStartMs === start))
+  })
 })
 
 describe('redis strategy: on a server of its own', () => {
@@ -189,6 +228,135 @@ describe('redis strategy: on a server of its own', () => {
     await strategy.pushDiffs(batch('exp', 'n2', 1, [{ key: 'k', windowStartMs: start, windowSizeMs: 60_000, count: 1 }]))
     assert.equal(Number(await client.call('PEXPIRETIME', name)), windowExpiresAtMs(start, 60_000, 5000), 'the same absolute time again')
     assert.deepEqual(await client.hgetall(name), { 'c:n1': '1', 's:n1': '1', 'c:n2': '1', 's:n2': '1', t: '2' })
+  })
+
+  it('keeps a block as a string expiring a grace after its end: lengthened, never shortened, lifted by a delete', async () => {
+    const now = nowMs()
+    const name = 'rl:{ttl:k}:b'
+    const push = (blocks: BlockWrite[]) => strategy.pushDiffs({ ...batch('ttl', 'n1', 1, []), nowMs: now, blocks })
+    const pttl = async () => Number(await client.pttl(name))
+    await push([{ key: 'k', untilMs: now + 60_000 }])
+    assert.equal(await client.type(name), 'string')
+    assert.equal(await client.get(name), String(now + 60_000))
+    // PX is untilMs - nowMs + graceMs (5 s here), counted from the batch's clock
+    const first = await pttl()
+    assert.ok(first <= 65_000 && first > 64_000, `pttl ${first}`)
+    await push([{ key: 'k', untilMs: now + 10_000 }])
+    assert.equal(await client.get(name), String(now + 60_000), 'an earlier end leaves the block')
+    assert.ok((await pttl()) <= first, 'and its expiry')
+    await push([{ key: 'k', untilMs: now + 120_000 }])
+    assert.equal(await client.get(name), String(now + 120_000))
+    assert.ok((await pttl()) > 124_000)
+    // a reset and a purge leave it; nothing reads it as a window
+    await strategy.resetKey('ttl', 'k', [60_000], now)
+    await strategy.purge('ttl', [60_000], now + 10 * 60_000)
+    assert.equal(await client.get(name), String(now + 120_000))
+    for await (const row of strategy.getCounters('ttl', [60_000], now)) assert.fail(`a row from a block: ${JSON.stringify(row)}`)
+    await push([{ key: 'k', untilMs: 0 }])
+    assert.equal(await client.exists(name), 0, 'a lift deletes it')
+    // an end already past still expires by itself, a grace later
+    await push([{ key: 'k', untilMs: now - 1_000 }])
+    assert.ok((await pttl()) <= 4_000)
+    await assert.rejects(push([{ key: 'k', untilMs: -1 }]), (err: unknown) => err instanceof Error && /untilMs/.test(err.message))
+  })
+
+  it('sends a batch without blocks exactly as before, and one call per push with blocks', async () => {
+    const monitor = await client.monitor()
+    const seen: string[][] = []
+    monitor.on('monitor', (_time: string, args: string[]) => seen.push(args))
+    const marker = `done-${randomUUID()}`
+    const now = nowMs()
+    const start = windowStartMs(now, 60_000)
+    const w = (key: string, windowSizeMs = 60_000) => ({ key, windowStartMs: windowStartMs(now, windowSizeMs), windowSizeMs, count: 1 })
+    const prev = { key: 'k', windowStartMs: start - 60_000, windowSizeMs: 60_000 }
+    const sync = { ...batch('mon', 'n1', 1, [w('k')]), nowMs: now, refresh: [prev] }
+    await strategy.pushDiffs(sync)
+    await strategy.pushDiffs({ ...batch('mon', 'n1', 2, [w('k'), w('k', 3_600_000)]), nowMs: now })
+    await strategy.pushDiffs({ ...sync, seq: 3, readBlocks: true })
+    await strategy.pushDiffs({
+      ...batch('mon', 'n1', 4, [w('k'), w('k', 3_600_000)]),
+      nowMs: now,
+      blocks: [{ key: 'k', untilMs: now + 1 }],
+    })
+    const keys = Array.from({ length: 20 }, (_, i) => `k${i}`)
+    await strategy.pushDiffs({
+      ...batch(
+        'mon',
+        'n1',
+        5,
+        keys.slice(0, 10).map((key) => w(key)),
+      ),
+      nowMs: now,
+      blocks: keys.slice(10).map((key) => ({ key, untilMs: now + 1 })),
+      readBlocks: true,
+    })
+    await client.echo(marker)
+    while (!seen.some((args) => args[1] === marker)) await new Promise((resolve) => setTimeout(resolve, 5))
+    monitor.disconnect()
+    const calls = seen.filter((args) => args[0]?.toLowerCase() === 'evalsha')
+    const [plainSync, plainPush, blockSync, blockPush, ...many] = calls as string[][]
+    const head = 'rl:{mon:k}'
+    // the path without blocks: SYNC_PUSH and PUSH with the arguments they always had
+    assert.deepEqual(plainSync?.slice(0, 5), ['evalsha', SYNC_PUSH.sha, '2', `${head}:60000:${start}`, `${head}:60000:${start - 60_000}`])
+    assert.equal(plainSync?.length, 3 + 2 + 5, 'names, then nonce, nodeId, seq, count, expire-at')
+    assert.deepEqual(plainPush?.slice(0, 3), ['evalsha', PUSH.sha, '2'])
+    assert.equal(plainPush?.length, 3 + 2 + 4 + 2 * 2, 'names, then nonce, nodeId, seq, n, count and expire-at of each')
+    // with blocks: their own scripts, the key's block name last in KEYS, still one call
+    assert.deepEqual(blockSync?.slice(0, 6), [
+      'evalsha',
+      SYNC_PUSH_BLOCKS.sha,
+      '3',
+      `${head}:60000:${start}`,
+      `${head}:60000:${start - 60_000}`,
+      `${head}:b`,
+    ])
+    assert.deepEqual(blockPush?.slice(0, 3), ['evalsha', PUSH_BLOCKS.sha, '3'])
+    assert.equal(blockPush?.[5], `${head}:b`)
+    // several keys: one PUSH_BLOCKS per hash slot, the blocks in the call of their slot
+    const slots = new Set(keys.map((key) => keySlot(`rl:{mon:${key}}:b`)))
+    assert.equal(many.length, slots.size)
+    assert.ok(many.every((args) => args[1] === PUSH_BLOCKS.sha))
+  })
+
+  it('applies blocks and lifts in the order sent, as the memory store does, in calls per slot and in chunks', async () => {
+    // a seeded generator: a failure replays
+    let seed = 0x2f6b
+    const rand = () => {
+      seed = (seed + 0x6d2b79f5) | 0
+      let t = Math.imul(seed ^ (seed >>> 15), 1 | seed)
+      t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
+      return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+    }
+    const pick = <T>(items: readonly T[]) => items[Math.floor(rand() * items.length)] as T
+    const across = new RedisStrategy({ client, batchAcrossSlots: true, graceMs: 5000, prefix: 'rl-across' })
+    const stores: Strategy[] = [new MemoryStrategy({ graceMs: 5000 }), strategy, across]
+    const few = ['a', 'b', '{c}', 'd e', '', 'ключ']
+    const many = Array.from({ length: 700 }, (_, i) => `ip-${i}`)
+    let now = nowMs()
+    for (let round = 0; round < 150; round++) {
+      now += Math.floor(rand() * 3000)
+      const big = round % 10 === 9
+      const keys = big ? many : few
+      const blocks: BlockWrite[] = []
+      for (let i = big ? 600 : Math.floor(rand() * 4); i > 0; i--)
+        blocks.push({ key: pick(keys), untilMs: rand() < 0.3 ? 0 : Math.max(0, now + Math.floor(rand() * 20_000) - 2_000) })
+      const start = windowStartMs(now, 60_000)
+      const shuffled = [...keys].sort(() => rand() - 0.5)
+      const written = shuffled.slice(0, big ? 300 : Math.floor(rand() * 3))
+      const read = shuffled.slice(written.length, written.length + (big ? 300 : 1 + Math.floor(rand() * 3)))
+      const b: DiffBatch = {
+        namespace: 'race',
+        nodeId: pick(['n1', 'n2', 'n3']),
+        seq: round + 1,
+        nowMs: now,
+        windows: written.map((key) => ({ key, windowStartMs: start, windowSizeMs: 60_000, count: round, diff: 1 })),
+        refresh: read.map((key) => ({ key, windowStartMs: start, windowSizeMs: 60_000 })),
+        blocks,
+        readBlocks: rand() < 0.8,
+      }
+      const [expected, ...answers] = await Promise.all(stores.map((s) => s.pushDiffs(b)))
+      for (const answer of answers) assert.deepEqual(answer, expected, `round ${round}`)
+    }
   })
 
   it('runs its scripts again after the server forgot them (SCRIPT FLUSH)', async () => {

@@ -23,25 +23,40 @@ export interface ScriptCall {
   readonly refs: RowRef[]
   /** The first `writes` names are written, the rest only read. */
   writes: number
+  /** The call's block names and writes, in a batch with blocks (see block-plan.ts). */
+  blocks?: CallBlocks
 }
 
-function newCall(): ScriptCall {
+/** The blocks side of a {@link ScriptCall}: what PUSH_BLOCKS takes besides the key-windows. */
+export interface CallBlocks {
+  /** Block names, after the key-windows in KEYS. */
+  readonly names: string[]
+  /** Index in `names` of each encoded key's block name. */
+  readonly byKey: Map<string, number>
+  /** Per block write: the index of its name (from 1, as Lua counts), untilMs, PX. */
+  readonly writeArgs: string[]
+  /** With readBlocks: per row of the call, the index in `names` of its key's block name. */
+  readonly rowBlock: number[]
+}
+
+/** An empty call. */
+export function newCall(): ScriptCall {
   return { names: [], writeArgs: [], rowIndex: [], refs: [], writes: 0 }
 }
 
 /** Builds the script calls of one batch; add every write before the first read. */
 export class CallPlan {
   readonly calls: ScriptCall[] = []
-  private readonly head: string
+  protected readonly head: string
   private readonly tagHead: string
-  private readonly chunkSize: number
+  protected readonly chunkSize: number
   // made on the second key: a synchronous hit has one key and needs neither
   private bySlot: Map<number, ScriptCall> | undefined
   private placed: Map<string, { encoded: string; call: ScriptCall }> | undefined
   // a synchronous hit sends a few windows of one key: the last key placed skips the map
   private lastKey: string | undefined
-  private lastEncoded = ''
-  private lastCall: ScriptCall | undefined
+  protected lastEncoded = ''
+  protected lastCall: ScriptCall | undefined
   private firstSlot = 0
 
   /**
@@ -81,7 +96,8 @@ export class CallPlan {
     call.refs.push(ref)
   }
 
-  private place(key: string): ScriptCall {
+  /** The call of `key` (made if needed); sets `lastEncoded` to the escaped key. */
+  protected place(key: string): ScriptCall {
     if (key === this.lastKey) {
       const last = this.lastCall as ScriptCall
       if (this.chunkSize === 0 || last.names.length < this.chunkSize) return last
@@ -128,7 +144,8 @@ export class CallPlan {
     return call
   }
 
-  private chunk(): ScriptCall {
+  /** The last call, or a new one when it is full. */
+  protected chunk(): ScriptCall {
     let call = this.calls[this.calls.length - 1]
     if (call === undefined || call.names.length >= this.chunkSize) {
       call = newCall()

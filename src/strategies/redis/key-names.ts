@@ -1,6 +1,7 @@
 /**
  * Names of the Redis keys: one HASH per key-window,
- * `<prefix>:{<namespace>:<key>}:<windowSizeMs>:<windowStartMs>`.
+ * `<prefix>:{<namespace>:<key>}:<windowSizeMs>:<windowStartMs>`, and one STRING per blocked key,
+ * `<prefix>:{<namespace>:<key>}:b` (its block end; same hash tag, so one call covers both).
  *
  * The braces are a Redis Cluster hash tag: the windows of one key share a slot (one script call
  * covers them), and different keys spread over the cluster (no hot slot per namespace). So that
@@ -62,6 +63,14 @@ export function namespaceHead(prefix: string, namespace: string): string {
 /** The name of one key-window. */
 export function windowName(head: string, encodedKey: string, windowSizeMs: number, windowStartMs: number): string {
   return `${head}${encodedKey}}:${windowSizeMs}:${windowStartMs}`
+}
+
+/**
+ * The name of a key's block. Same hash tag as the key's windows (one script call, one Cluster slot
+ * for both); its tail `}:b` is no window's (`}:<size>:<start>`), so {@link parseWindowName} skips it.
+ */
+export function blockName(head: string, encodedKey: string): string {
+  return `${head}${encodedKey}}:b`
 }
 
 /** A SCAN MATCH pattern for every key name of a namespace. */

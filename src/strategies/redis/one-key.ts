@@ -1,10 +1,13 @@
 /**
- * The arguments of a push of one key (what a synchronous hit sends: one script call).
+ * The arguments of a push of one key (what a synchronous hit sends: one script call), without
+ * blocks (SYNC_PUSH, PUSH) and with them (SYNC_PUSH_BLOCKS, PUSH_BLOCKS).
  */
 import { type DiffBatch, type WindowPush, type WindowRef, windowExpiresAtMs } from '../../core/strategy.js'
-import { encodeKey, windowName } from './key-names.js'
+import { blockWriteArgs } from './block-plan.js'
+import { blockName, encodeKey, windowName } from './key-names.js'
 
-function checkCount(w: WindowPush): void {
+/** Refuses a count Redis cannot hold (RangeError, a STORE_ERROR once wrapped). */
+export function checkCount(w: WindowPush): void {
   if (typeof w.count !== 'number' || !Number.isFinite(w.count))
     throw new RangeError(`redis: count of ${JSON.stringify(w.key)} must be a finite number, got ${String(w.count)}`)
 }
@@ -48,6 +51,33 @@ export function oneKeyArgs(batch: DiffBatch, key: string, head: string, nonce: s
   for (let i = 0; i < windows.length; i++) {
     const w = windows[i] as WindowPush
     args.push(String(w.count), String(windowExpiresAtMs(w.windowStartMs, w.windowSizeMs, graceMs)))
+  }
+  return args
+}
+
+/**
+ * KEYS and ARGV of a SYNC_PUSH_BLOCKS call (one window written, the key's block written or read
+ * too), or else of a PUSH_BLOCKS call with the key's one block name, for a batch of one key whose
+ * blocks (if any) are all of that key: `oneWriteArgs` or `oneKeyArgs` with the block name last in
+ * KEYS, nowMs and the block writes in ARGV.
+ */
+export function oneKeyBlockArgs(batch: DiffBatch, key: string, head: string, nonce: string, graceMs: number): string[] {
+  const { windows, refresh, nowMs } = batch
+  const blocks = batch.blocks ?? []
+  const sync = windows.length === 1
+  const args = sync ? oneWriteArgs(batch, key, head, nonce, graceMs) : oneKeyArgs(batch, key, head, nonce, graceMs)
+  // before ARGV (after the key-windows): the block name
+  args.splice(windows.length + refresh.length, 0, blockName(head, encodeKey(key)))
+  const nowArg = String(nowMs)
+  if (sync) args.push(nowArg)
+  else {
+    // after nonce, nodeId, seq, n: b (one block name), nowMs, w
+    args.splice(windows.length + refresh.length + 5, 0, '1', nowArg, String(blocks.length))
+  }
+  for (const block of blocks) {
+    const [untilMs, px] = blockWriteArgs(block, nowMs, graceMs)
+    if (sync) args.push(untilMs, px)
+    else args.push('1', untilMs, px)
   }
   return args
 }

@@ -11,6 +11,7 @@ import {
 } from '../../core/strategy.js'
 import { withTimeout } from '../../core/timeout.js'
 import { BUILT_IN_STORES } from '../capabilities.js'
+import { type BlockContext, pushBlocks } from './block-push.js'
 import { CallPlan, type RowRef, type ScriptCall } from './call-plan.js'
 import { encodeKey, namespaceHead, type ParsedName, windowName } from './key-names.js'
 import { keySlot } from './key-slot.js'
@@ -28,7 +29,8 @@ import { corkable, evalScript, type LuaScript, redisError } from './scripts.js'
  * hash slot of the batch, all sent at once; it writes a node's count only when the batch's seq
  * is newer than the one held, so a retried or reordered push never counts twice. Every write
  * sets an absolute expiry that covers the previous window plus `graceMs`. Synchronous mode costs
- * one script call per hit. docs/STORES-redis.md has the long form.
+ * one script call per hit. A key's block is a STRING beside its windows (same hash tag), written
+ * and read by the same calls when a batch has blocks. docs/STORES-redis.md has the long form.
  *
  * @example
  *  * import { RedisStrategy } from 'ratelimiting/redis'
@@ -38,6 +40,7 @@ import { corkable, evalScript, type LuaScript, redisError } from './scripts.js'
 export class RedisStrategy implements Strategy {
   readonly name = 'redis'
   readonly supportsDecimals = BUILT_IN_STORES.redis.supportsDecimals
+  readonly supportsBlocks = BUILT_IN_STORES.redis.supportsBlocks
   /** First part of every key name. */
   readonly prefix: string
   /** Extra lifetime of a stored window after the two windows a rate can read, ms. */
@@ -54,6 +57,8 @@ export class RedisStrategy implements Strategy {
   // Script calls sent and not answered yet, and whether the socket is corked until the next tick.
   private inFlight = 0
   private corked = false
+  // What pushBlocks (block-push.ts) calls back into.
+  private readonly blockContext: BlockContext
 
   constructor(options: RedisStrategyOptions) {
     const resolved = resolveRedisOptions(options)
@@ -63,10 +68,22 @@ export class RedisStrategy implements Strategy {
     this.graceMs = resolved.graceMs
     this.scanCount = resolved.scanCount
     this.chunkSize = resolved.chunkSize
+    this.blockContext = {
+      chunkSize: this.chunkSize,
+      graceMs: this.graceMs,
+      tagStart: this.prefix.length + 2,
+      head: (namespace) => this.head(namespace),
+      nonce: () => this.nonce(),
+      send: (script, numKeys, keysAndArgs, read) => this.send(script, numKeys, keysAndArgs, read),
+      desync: (what, reply) => this.desync(what, reply),
+      storeError: (err) => this.storeError(err),
+    }
   }
 
   pushDiffs(batch: DiffBatch): Promise<CounterRow[]> {
-    const { windows, refresh } = batch
+    const { windows, refresh, blocks } = batch
+    // blocks go through scripts of their own: this path stays what it was without them
+    if ((blocks !== undefined && blocks.length > 0) || batch.readBlocks === true) return pushBlocks(this.blockContext, batch)
     const size = windows.length + refresh.length
     if (size === 0) return Promise.resolve([])
     // a synchronous hit: a few windows of one key, so one slot and one call
