@@ -1,11 +1,19 @@
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { after, before, describe, it } from 'node:test'
+import type pg from 'pg'
 import { ConfigError, StoreError } from '../../src/core/errors.js'
 import { RateLimiting } from '../../src/core/rate-limiting.js'
-import type { CounterRow } from '../../src/core/strategy.js'
+import type { CounterRow, DiffBatch } from '../../src/core/strategy.js'
 import { windowStartMs } from '../../src/core/window.js'
-import { createPostgresStrategy, PostgresStrategy } from '../../src/strategies/postgres/index.js'
+import {
+  createPostgresStrategy,
+  type PgClientLike,
+  type PgPoolLike,
+  PostgresStrategy,
+  type PostgresStrategyOptions,
+} from '../../src/strategies/postgres/index.js'
+import { pushOneSql, pushSql } from '../../src/strategies/postgres/sql.js'
 import { runStrategyContract } from '../../src/testing/strategy-contract.js'
 import { createTestSchema, type TestSchema } from '../support/postgres-server.js'
 
@@ -276,7 +284,7 @@ describe('PostgresStrategy', () => {
       refresh: [],
     })
     const report = await small.purgeNow(ns, [60_000], now)
-    assert.deepEqual(report, { locked: true, deleted: 100, batches: 3 })
+    assert.deepEqual(report, { locked: true, deleted: 100, blocksDeleted: 0, batches: 4 })
     assert.equal((await small.getWindow('live', ns, start, 60_000)).count, 1)
     assert.equal((await small.getWindow('k1', ns, old, 60_000)).count, 0)
     await small.close()
@@ -323,6 +331,7 @@ describe('PostgresStrategy', () => {
     assert.deepEqual(await a.purgeNow(ns, [60_000], now), {
       locked: false,
       deleted: 0,
+      blocksDeleted: 0,
       batches: 0,
     })
     await holder.query('SELECT pg_advisory_unlock(hashtextextended($1, 0))', [lockKey])
@@ -332,7 +341,7 @@ describe('PostgresStrategy', () => {
     const ran = [ra, rb].filter((r) => r.locked)
     assert.equal(ran.length, 1, `exactly one purger ran: ${JSON.stringify([ra, rb])}`)
     assert.equal(ran[0]?.deleted, 2000)
-    assert.equal(ran[0]?.batches, 41, '2000 rows in batches of 50, and the empty batch that ends the run')
+    assert.equal(ran[0]?.batches, 42, '2000 rows in batches of 50, the empty batch that ends the run, and one of blocks')
     const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM "${db.schema}"."counters" WHERE namespace = $1`, [ns])
     assert.equal(rows[0].n, 0)
     await a.close()
@@ -419,5 +428,180 @@ describe('PostgresStrategy', () => {
     await assert.rejects(own.getWindow('x', 'none', 0, 60_000), /closed/)
     // the shared pool given to other strategies still works
     assert.equal((await db.pool.query('SELECT 1 AS one')).rows[0].one, 1)
+  })
+})
+
+describe('PostgresStrategy blocks', () => {
+  const SIZE = 60_000
+  // a pool that records the statements sent through it
+  const sent: Array<{ name?: string; text: string }> = []
+  const spy: PgPoolLike = {
+    async connect() {
+      const client = await db.pool.connect()
+      const query = (config: pg.QueryConfig | string, values?: unknown[]) => {
+        if (typeof config === 'string') return client.query(config, values)
+        sent.push({ name: config.name, text: config.text })
+        return client.query(config)
+      }
+      return { query: query as unknown as PgClientLike['query'], release: (err?: Error | boolean) => client.release(err) }
+    },
+  }
+  const stores: PostgresStrategy[] = []
+  const store = async (options: Partial<PostgresStrategyOptions> = {}): Promise<PostgresStrategy> => {
+    const made = new PostgresStrategy({ pool: db.pool, schema: db.schema, table: 'blk', purgeIntervalMs: 0, ...options })
+    await made.migrate()
+    stores.push(made)
+    return made
+  }
+  after(() => Promise.all(stores.map((x) => x.close())))
+
+  let ns = ''
+  let now = 0
+  let start = 0
+  let seq = 0
+  const fresh = () => {
+    ns = `blk-${randomUUID().slice(0, 8)}`
+    now = Date.now()
+    start = windowStartMs(now, SIZE)
+  }
+  const push = (on: PostgresStrategy, batch: Partial<DiffBatch>): Promise<CounterRow[]> =>
+    on.pushDiffs({ namespace: ns, nodeId: 'n1', seq: ++seq, nowMs: now, windows: [], refresh: [], ...batch })
+  const win = (key: string, count: number) => ({ key, windowStartMs: start, windowSizeMs: SIZE, count, diff: count })
+  const ref = (key: string, windowStart = start) => ({ key, windowStartMs: windowStart, windowSizeMs: SIZE })
+  const blockOf = async (on: PostgresStrategy, key: string, nowMs = now): Promise<number | undefined> =>
+    (await push(on, { nodeId: 'reader', nowMs, refresh: [ref(key)], readBlocks: true }))[0]?.blockedUntilMs
+  const stored = async (table: string, namespace = ns): Promise<Array<{ key: string; until_ms: string }>> =>
+    (await db.pool.query(`SELECT key, until_ms FROM "${db.schema}"."${table}" WHERE namespace = $1 ORDER BY key`, [namespace])).rows
+
+  it('sends the statements of before when a push has no blocks, and one statement per push with them', async () => {
+    fresh()
+    const s = await store({ pool: spy })
+    sent.length = 0
+    await push(s, { windows: [win('a', 1)], refresh: [ref('a', start - SIZE)] })
+    await push(s, { windows: [win('a', 2), win('b', 1)] })
+    await push(s, { windows: [win('a', 3)], blocks: [], readBlocks: false })
+    assert.deepEqual(
+      sent.map((q) => q.text),
+      [pushOneSql(s.names), pushSql(s.names, true), pushOneSql(s.names)],
+    )
+    sent.length = 0
+    const written = await push(s, { windows: [win('a', 4)], blocks: [{ key: 'a', untilMs: now + 5000 }], readBlocks: true })
+    const hit = await push(s, { windows: [win('a', 5)], refresh: [ref('a', start - SIZE)], readBlocks: true })
+    const alone = await push(s, { blocks: [{ key: 'b', untilMs: now + 1 }] })
+    assert.equal(sent.length, 3, 'one statement (one round trip) per push')
+    assert.deepEqual(
+      written.map((r) => [r.count, r.blockedUntilMs]),
+      [[4, now + 5000]],
+    )
+    assert.deepEqual(
+      hit.map((r) => [r.count, r.blockedUntilMs]),
+      [
+        [5, now + 5000],
+        [0, now + 5000],
+      ],
+    )
+    assert.deepEqual(alone, [])
+  })
+
+  it('applies the writes of one key in a batch in order: a lift then a shorter block replaces; a block then a lift deletes', async () => {
+    fresh()
+    const s = await store()
+    await push(s, { blocks: [{ key: 'k', untilMs: now + 90_000 }] })
+    await push(s, {
+      blocks: [
+        { key: 'k', untilMs: 0 },
+        { key: 'k', untilMs: now + 10_000 },
+        { key: 'k', untilMs: now + 5_000 },
+      ],
+    })
+    assert.equal(await blockOf(s, 'k'), now + 10_000)
+    await push(s, {
+      blocks: [
+        { key: 'k', untilMs: now + 20_000 },
+        { key: 'k', untilMs: 0 },
+      ],
+    })
+    assert.equal(await blockOf(s, 'k'), 0)
+    assert.deepEqual(await stored('blk_blocks'), [], 'a lift deletes the row')
+  })
+
+  it('keeps ended blocks (reading 0) until the purge deletes them graceMs after their end; a new block overwrites one', async () => {
+    fresh()
+    const s = await store()
+    await push(s, {
+      blocks: [
+        { key: 'old', untilMs: now - 20_000 },
+        { key: 'recent', untilMs: now - 5_000 },
+        { key: 'live', untilMs: now + 60_000 },
+        { key: 'again', untilMs: now - 30_000 },
+      ],
+    })
+    assert.equal(await blockOf(s, 'old'), 0)
+    await push(s, { blocks: [{ key: 'again', untilMs: now + 1_000 }] })
+    assert.deepEqual(
+      (await stored('blk_blocks')).map((r) => [r.key, Number(r.until_ms)]),
+      [
+        ['again', now + 1_000],
+        ['live', now + 60_000],
+        ['old', now - 20_000],
+        ['recent', now - 5_000],
+      ],
+    )
+    const other = ns
+    fresh() // another namespace's ended block is not this purge's
+    await push(s, { blocks: [{ key: 'old', untilMs: now - 20_000 }] })
+    const report = await s.purgeNow(other, [], now)
+    assert.deepEqual(report, { locked: true, deleted: 0, blocksDeleted: 1, batches: 1 })
+    await s.purge(other, [SIZE], now + 20_000)
+    assert.deepEqual(
+      (await stored('blk_blocks', other)).map((r) => r.key),
+      ['live'],
+    )
+    assert.equal((await stored('blk_blocks')).length, 1)
+  })
+
+  it('lets processes block and lift the same keys at once: no push fails, no block is shortened', async () => {
+    fresh()
+    const [a, b] = [await store(), await store()]
+    const keys = Array.from({ length: 30 }, (_, i) => `k${i}`)
+    for (let round = 0; round < 10; round++) {
+      const until = now + 10_000 * (round + 1)
+      // the same keys in opposite orders from two processes, with shorter ends besides
+      await Promise.all([
+        push(a, { nodeId: 'a', blocks: keys.map((key) => ({ key, untilMs: until })) }),
+        push(b, { nodeId: 'b', blocks: [...keys].reverse().map((key) => ({ key, untilMs: until - 5_000 })) }),
+        push(a, { nodeId: 'c', windows: [win('k0', round + 1)], blocks: [{ key: 'k1', untilMs: until - 1 }], readBlocks: true }),
+      ])
+      for (const key of keys) assert.equal(await blockOf(a, key), until, `round ${round}, ${key}`)
+      // a lift racing a block: either order is a valid outcome
+      await Promise.all([
+        push(a, { nodeId: 'a', blocks: [{ key: 'k0', untilMs: 0 }] }),
+        push(b, { nodeId: 'b', blocks: [{ key: 'k0', untilMs: until + 1 }] }),
+      ])
+      assert.ok([0, until + 1].includes((await blockOf(b, 'k0')) ?? -1))
+    }
+  })
+
+  it('migrates a database whose counters table predates blocks, and names the blocks table within 63 bytes', async () => {
+    fresh()
+    const table = 'counters_before_blocks'
+    const old = new PostgresStrategy({ pool: db.pool, schema: db.schema, table, purgeIntervalMs: 0 })
+    stores.push(old)
+    await old.migrate()
+    await db.pool.query(`DROP TABLE "${db.schema}"."${table}_blocks"`) // as an earlier version left it
+    await push(old, { windows: [win('k', 3)] })
+    assert.deepEqual(await old.purgeNow(ns, [SIZE], now), { locked: true, deleted: 0, blocksDeleted: 0, batches: 2 })
+    await assert.rejects(push(old, { refresh: [ref('k')], readBlocks: true }), /run migrate\(\) first/)
+    await old.migrate()
+    await push(old, { blocks: [{ key: 'k', untilMs: now + 1_000 }] })
+    const [row] = await push(old, { refresh: [ref('k')], readBlocks: true })
+    assert.deepEqual([row?.count, row?.blockedUntilMs], [3, now + 1_000])
+
+    const long = 'x'.repeat(56)
+    const [s1, s2] = [await store({ table: `${long}ab` }), await store({ table: `${long}ac` })]
+    assert.notEqual(s1.names.blocksTable, s2.names.blocksTable)
+    assert.ok(s1.names.blocksTable.length <= 63 && s1.names.blocksTable.endsWith('_blocks'))
+    await push(s1, { blocks: [{ key: 'k', untilMs: now + 1_000 }] })
+    assert.deepEqual([await blockOf(s1, 'k'), await blockOf(s2, 'k')], [now + 1_000, 0])
   })
 })

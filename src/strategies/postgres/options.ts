@@ -42,9 +42,11 @@ export interface PostgresStrategyOptions {
 export interface PurgeReport {
   /** False when another process held the purge lock: this run deleted nothing. */
   readonly locked: boolean
-  /** Rows deleted. */
+  /** Window rows deleted. */
   readonly deleted: number
-  /** DELETE statements run. */
+  /** Ended blocks deleted (rows of the blocks table). */
+  readonly blocksDeleted: number
+  /** DELETE statements run (windows and blocks). */
   readonly batches: number
 }
 

@@ -2,14 +2,17 @@ import pg from 'pg'
 import { ConfigError, StoreError } from '../../core/errors.js'
 import { type CounterRow, currentAndPrevious, type DiffBatch, type Strategy, type WindowPush } from '../../core/strategy.js'
 import { BUILT_IN_STORES } from '../capabilities.js'
+import { blockedUntil, blockParams, hitReadSql, hitRows, purgeBlocksSql, pushBlocksSql, pushReadSql } from './blocks.js'
 import { decodeKey, encodeKey, num, type PostgresStrategyOptions, positiveInteger, type PurgeReport } from './options.js'
-import { type PgPoolLike, Sessions, type Statement } from './sessions.js'
+import { type PgClientLike, type PgPoolLike, Sessions, type Statement } from './sessions.js'
 import {
+  bounded,
   ddl,
   isIdentifier,
   pageSql,
   purgeBatchSql,
   pushOneSql,
+  pushParams,
   pushSql,
   RESET_NODE,
   resetSql,
@@ -20,13 +23,16 @@ import {
 
 // Up to this many written (and refreshed) windows a push uses the statement with a cached plan.
 const SMALL_BATCH = 16
+const SQLSTATE_UNDEFINED_TABLE = '42P01'
 
 /**
  * A central store in PostgreSQL (9.5+ for ON CONFLICT; tested on 15). Each process owns its own
  * rows: one per key-window and node, holding its cumulative count and the `seq` of the batch
  * that wrote it. A push is one statement (arrays bound as parameters, unnested), so a
- * synchronous hit costs one round trip. Create the table with {@link PostgresStrategy.migrate}
- * or the DDL in docs/STORES-postgres.md; the constructor has no side effects.
+ * synchronous hit costs one round trip. Blocks live in a table beside the counters
+ * (`<table>_blocks`), written and read by the same statement as the counts (blocks.ts). Create
+ * the tables with {@link PostgresStrategy.migrate} or the DDL in docs/STORES-postgres.md; the
+ * constructor has no side effects.
  *
  * @example
  * const store = new PostgresStrategy({ pool })
@@ -37,6 +43,8 @@ export class PostgresStrategy implements Strategy {
   readonly name = 'postgres'
   /** Counts are `numeric`: decimals are held exactly. */
   readonly supportsDecimals = BUILT_IN_STORES.postgres.supportsDecimals
+  /** Blocks are rows of the blocks table, ended ones deleted by the purge. */
+  readonly supportsBlocks = BUILT_IN_STORES.postgres.supportsBlocks
   /** Statements sent, by kind, for tests and benchmarks. */
   readonly calls = { push: 0, window: 0, page: 0, reset: 0, purge: 0 }
   readonly names: TableNames
@@ -52,6 +60,11 @@ export class PostgresStrategy implements Strategy {
   private readonly push: Statement
   private readonly pushSmall: Statement
   private readonly pushOneStatement: Statement
+  private readonly pushBlocks: Statement
+  private readonly pushRead: Statement
+  private readonly pushReadSmall: Statement
+  private readonly hitRead: Statement
+  private readonly purgeBlocks: Statement
   private readonly window: Statement
   private readonly firstPage: Statement
   private readonly nextPage: Statement
@@ -110,12 +123,24 @@ export class PostgresStrategy implements Strategy {
       this.pool = this.ownPool
     }
     this.names = tableNames(schema, table)
-    this.sessions = new Sessions(this.pool, this.name, this.queryTimeoutMs, this.names.qualified, () => this.closed)
-    // Named statements are parsed once per connection; the name is unique per table.
-    const id = `rl_${schema}_${table}`.slice(0, 50)
+    this.sessions = new Sessions(
+      this.pool,
+      this.name,
+      this.queryTimeoutMs,
+      `${this.names.qualified} and ${this.names.blocks}`,
+      () => this.closed,
+    )
+    // Named statements are parsed once per connection; the name is unique per table (a long
+    // one ends in a hash: two tables sharing the first 50 characters must not share statements).
+    const id = bounded(`rl_${schema}_${table}`, 50)
     this.push = { name: `${id}_push`, text: pushSql(this.names) }
     this.pushSmall = { name: `${id}_push1`, text: pushSql(this.names, true) }
     this.pushOneStatement = { name: `${id}_hit`, text: pushOneSql(this.names) }
+    this.pushBlocks = { name: `${id}_pushb`, text: pushBlocksSql(this.names) }
+    this.pushRead = { name: `${id}_pushr`, text: pushReadSql(this.names, false) }
+    this.pushReadSmall = { name: `${id}_pushr1`, text: pushReadSql(this.names, true) }
+    this.hitRead = { name: `${id}_hitr`, text: hitReadSql(this.names) }
+    this.purgeBlocks = { name: `${id}_purgeb`, text: purgeBlocksSql(this.names) }
     this.window = { name: `${id}_window`, text: windowSql(this.names) }
     this.firstPage = { name: `${id}_page0`, text: pageSql(this.names, false) }
     this.nextPage = { name: `${id}_page`, text: pageSql(this.names, true) }
@@ -129,8 +154,9 @@ export class PostgresStrategy implements Strategy {
   }
 
   /**
-   * Creates the schema and table if they do not exist. Idempotent and safe to run from several
-   * processes at once (they take turns on an advisory lock).
+   * Creates the schema and tables (counters and blocks) if they do not exist, upgrading those of
+   * an earlier version. Idempotent and safe to run from several processes at once (they take
+   * turns on an advisory lock).
    */
   async migrate(): Promise<void> {
     const client = await this.sessions.checkout('migrate')
@@ -153,63 +179,42 @@ export class PostgresStrategy implements Strategy {
   async pushDiffs(batch: DiffBatch): Promise<CounterRow[]> {
     if (batch.nodeId === RESET_NODE)
       throw new StoreError('STORE_ERROR', this.name, `node id "${RESET_NODE}" is reserved for reset offsets; use another nodeId`)
-    if (batch.windows.length === 0 && batch.refresh.length === 0) return []
-    if (batch.windows.length === 1 && batch.refresh.length <= 1) return this.pushOne(batch)
-    // one row per key-window: ON CONFLICT cannot touch a row twice in one statement
-    const writes = new Map<string, WindowPush>()
-    for (const w of batch.windows) writes.set(`${w.windowSizeMs}\u0000${w.windowStartMs}\u0000${w.key}`, w)
-    const keys: string[] = []
-    const sizes: number[] = []
-    const starts: number[] = []
-    const counts: string[] = []
-    for (const w of writes.values()) {
-      keys.push(encodeKey(w.key))
-      sizes.push(w.windowSizeMs)
-      starts.push(w.windowStartMs)
-      counts.push(String(w.count))
-    }
-    const rkeys: string[] = []
-    const rsizes: number[] = []
-    const rstarts: number[] = []
-    for (const r of batch.refresh) {
-      rkeys.push(encodeKey(r.key))
-      rsizes.push(r.windowSizeMs)
-      rstarts.push(r.windowStartMs)
-    }
+    // without blocks and readBlocks, the statements pushes have always sent
+    const blocks = batch.blocks !== undefined && batch.blocks.length > 0 ? batch.blocks : undefined
+    const readBlocks = batch.readBlocks === true
+    if (batch.windows.length === 0 && batch.refresh.length === 0 && blocks === undefined) return []
+    if (batch.windows.length === 1 && batch.refresh.length <= 1 && blocks === undefined) return this.pushOne(batch, readBlocks)
+    const values = pushParams(batch)
     this.calls.push++
-    const small = keys.length <= SMALL_BATCH && rkeys.length <= SMALL_BATCH
-    const result = await this.sessions.query('pushDiffs', small ? this.pushSmall : this.push, [
-      batch.namespace,
-      batch.nodeId,
-      batch.seq,
-      keys,
-      sizes,
-      starts,
-      counts,
-      rkeys,
-      rsizes,
-      rstarts,
-    ])
+    const small = values[3].length <= SMALL_BATCH && values[7].length <= SMALL_BATCH
+    let statement = small ? this.pushSmall : this.push
+    if (blocks !== undefined) {
+      const b = blockParams(blocks)
+      values.push(b.keys, b.untils, b.replace)
+      statement = this.pushBlocks
+    } else if (readBlocks) statement = small ? this.pushReadSmall : this.pushRead
+    const result = await this.sessions.query('pushDiffs', statement, values)
     this.schedulePurge(batch)
     const rows: CounterRow[] = []
     for (const r of result.rows as Array<Record<string, unknown>>) {
-      rows.push({
+      const row: CounterRow = {
         key: decodeKey(r.key as string),
         windowStartMs: Number(r.window_start_ms),
         windowSizeMs: Number(r.window_size_ms),
         count: num(r.count),
         own: num(r.own),
-      })
+      }
+      rows.push(readBlocks ? { ...row, blockedUntilMs: blockedUntil(r.blocked_until_ms, batch.nowMs) } : row)
     }
     return rows
   }
 
   // A synchronous hit (one window written, at most one read): the statement with scalar parameters.
-  private async pushOne(batch: DiffBatch): Promise<CounterRow[]> {
+  private async pushOne(batch: DiffBatch, readBlocks: boolean): Promise<CounterRow[]> {
     const w = batch.windows[0] as WindowPush
     const r = batch.refresh[0]
     this.calls.push++
-    const result = await this.sessions.query('pushDiffs', this.pushOneStatement, [
+    const result = await this.sessions.query('pushDiffs', readBlocks ? this.hitRead : this.pushOneStatement, [
       batch.namespace,
       batch.nodeId,
       batch.seq,
@@ -230,6 +235,7 @@ export class PostgresStrategy implements Strategy {
       count: num(row.count),
       own: w.count,
     }
+    if (readBlocks) return hitRows(written, r, row, batch.nowMs)
     if (r === undefined) return [written]
     return [
       written,
@@ -288,41 +294,39 @@ export class PostgresStrategy implements Strategy {
   }
 
   /**
-   * Deletes the namespace's windows of `windowSizesMs` that expired at `nowMs`, in statements of
-   * at most `purgeBatchSize` rows, while holding a session advisory lock: a process that finds
-   * the lock taken returns at once (`locked: false`), so one process purges at a time.
+   * Deletes the namespace's windows of `windowSizesMs` that expired at `nowMs`, and its blocks
+   * that ended `graceMs` before it, in statements of at most `purgeBatchSize` rows, while holding
+   * a session advisory lock: a process that finds the lock taken returns at once
+   * (`locked: false`), so one process purges at a time.
    */
   async purgeNow(namespace: string, windowSizesMs: readonly number[], nowMs: number): Promise<PurgeReport> {
     const client = await this.sessions.checkout('purge')
     const lockKey = `ratelimiting:purge:${this.names.qualified}:${namespace}`
     let broken: Error | undefined
     let locked = false
-    let deleted = 0
-    let batches = 0
+    const report = { locked: false, deleted: 0, blocksDeleted: 0, batches: 0 }
     try {
       const got = await this.sessions.timed(client, 'purge', {
         text: 'SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS locked',
         values: [lockKey],
       })
       locked = (got.rows[0] as { locked: boolean } | undefined)?.locked === true
-      if (!locked) return { locked, deleted, batches }
+      report.locked = locked
+      if (!locked) return report
       for (const size of windowSizesMs) {
         // expired when start + 2 * size + grace <= now, as in windowExpiresAtMs
         const cutoff = nowMs - this.graceMs - 2 * size
-        for (let i = 0; i < this.purgeMaxBatches; i++) {
-          this.calls.purge++
-          batches++
-          const result = await this.sessions.timed(client, 'purge', {
-            name: this.purgeBatch.name,
-            text: this.purgeBatch.text,
-            values: [namespace, size, cutoff, this.purgeBatchSize],
-          })
-          const n = result.rowCount ?? 0
-          deleted += n
-          if (n < this.purgeBatchSize) break
-        }
+        report.deleted += await this.deleteBatches(client, report, this.purgeBatch, [namespace, size, cutoff])
       }
-      return { locked, deleted, batches }
+      // a block is kept graceMs past its end, as a window is: clocks of the fleet differ a little
+      report.blocksDeleted = await this.deleteBatches(client, report, this.purgeBlocks, [namespace, nowMs - this.graceMs]).catch(
+        (err: unknown) => {
+          // a table migrated by a version without blocks holds none; pushes with blocks say to migrate
+          if ((err as { cause?: { code?: unknown } }).cause?.code === SQLSTATE_UNDEFINED_TABLE) return 0
+          throw err
+        },
+      )
+      return report
     } catch (err) {
       broken = err instanceof Error ? err : new Error(String(err))
       throw this.sessions.storeError('purge', err)
@@ -340,6 +344,25 @@ export class PostgresStrategy implements Strategy {
       // a broken session is destroyed, which also releases its advisory lock
       client.release(broken)
     }
+  }
+
+  // Runs a bounded DELETE (the batch size its last parameter) until one deletes less than a
+  // batch or purgeMaxBatches have run; answers the rows deleted.
+  private async deleteBatches(client: PgClientLike, report: { batches: number }, statement: Statement, values: unknown[]): Promise<number> {
+    let deleted = 0
+    for (let i = 0; i < this.purgeMaxBatches; i++) {
+      this.calls.purge++
+      report.batches++
+      const result = await this.sessions.timed(client, 'purge', {
+        name: statement.name,
+        text: statement.text,
+        values: [...values, this.purgeBatchSize],
+      })
+      const n = result.rowCount ?? 0
+      deleted += n
+      if (n < this.purgeBatchSize) break
+    }
+    return deleted
   }
 
   async close(): Promise<void> {

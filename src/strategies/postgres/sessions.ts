@@ -17,6 +17,9 @@ export interface Statement {
 }
 
 const SQLSTATE_UNDEFINED_TABLE = '42P01'
+// Clients given their no-op 'error' listener (see guard), shared by every strategy: several on
+// one pool add one listener per client, not one each (Node warns past 10).
+const guarded = new WeakSet<object>()
 const CONNECTION_CODES = new Set([
   'ECONNREFUSED',
   'ECONNRESET',
@@ -39,15 +42,15 @@ export class Sessions {
   private readonly pool: PgPoolLike
   private readonly strategy: string
   private readonly queryTimeoutMs: number
-  private readonly table: string
+  /** The tables migrate() creates, for the message of a missing one. */
+  private readonly tables: string
   private readonly closed: () => boolean
-  private readonly guarded = new WeakSet<object>()
 
-  constructor(pool: PgPoolLike, strategy: string, queryTimeoutMs: number, table: string, closed: () => boolean) {
+  constructor(pool: PgPoolLike, strategy: string, queryTimeoutMs: number, tables: string, closed: () => boolean) {
     this.pool = pool
     this.strategy = strategy
     this.queryTimeoutMs = queryTimeoutMs
-    this.table = table
+    this.tables = tables
     this.closed = closed
   }
 
@@ -99,7 +102,7 @@ export class Sessions {
     const code = typeof e?.code === 'string' ? e.code : undefined
     const message = typeof e?.message === 'string' ? e.message : String(err)
     if (code === SQLSTATE_UNDEFINED_TABLE)
-      return new StoreError('STORE_ERROR', this.strategy, `${what}: table ${this.table} does not exist; run migrate() first (${message})`, {
+      return new StoreError('STORE_ERROR', this.strategy, `${what}: ${message} (run migrate() first: it creates ${this.tables})`, {
         cause: err,
       })
     const unavailable =
@@ -112,8 +115,8 @@ export class Sessions {
   // failure itself reaches the pending query.
   private guard(client: PgClientLike): void {
     const emitter = client as unknown as { on?: (event: string, listener: (err: Error) => void) => unknown }
-    if (this.guarded.has(client) || typeof emitter.on !== 'function') return
-    this.guarded.add(client)
+    if (guarded.has(client) || typeof emitter.on !== 'function') return
+    guarded.add(client)
     emitter.on('error', () => undefined)
   }
 }

@@ -1,8 +1,12 @@
 /**
  * The SQL of the PostgreSQL strategy: the DDL and every statement, built once per table from
  * validated identifiers. Values never enter the text: they are bound parameters ($1, $2, ...),
- * a batch travels as arrays that `unnest` turns back into rows.
+ * a batch travels as arrays that `unnest` turns back into rows. The blocks' SQL is in
+ * blocks.ts.
  */
+import { createHash } from 'node:crypto'
+import type { DiffBatch, WindowPush } from '../../core/strategy.js'
+import { encodeKey } from './options.js'
 
 /** Schema, table and index names, quoted and ready to splice (they were validated first). */
 export interface TableNames {
@@ -10,6 +14,10 @@ export interface TableNames {
   readonly qualified: string
   readonly schema: string
   readonly table: string
+  /** `"schema"."<table>_blocks"`: the blocks table beside the counters (see {@link blocksTable}). */
+  readonly blocks: string
+  /** The blocks table's name, unquoted. */
+  readonly blocksTable: string
 }
 
 /** The node id of the row that holds a key-window's reset offset. */
@@ -24,7 +32,29 @@ export function isIdentifier(name: unknown): name is string {
 
 /** Names of the table in `schema`; both must satisfy {@link isIdentifier}. */
 export function tableNames(schema: string, table: string): TableNames {
-  return { qualified: `"${schema}"."${table}"`, schema, table }
+  const blocks = blocksTable(table)
+  return { qualified: `"${schema}"."${table}"`, schema, table, blocks: `"${schema}"."${blocks}"`, blocksTable: blocks }
+}
+
+/**
+ * `<table><suffix>` when it fits PostgreSQL's 63 bytes; else the table name cut short, a hash of
+ * the whole and the suffix. PostgreSQL would truncate a long name silently, and two tables
+ * that differ only at the end would then share one name.
+ */
+export function relatedName(table: string, suffix: string): string {
+  return `${bounded(table, 63 - suffix.length)}${suffix}`
+}
+
+/** `name` if it has at most `max` characters, else its start, `_` and a hash of the whole (same length). */
+export function bounded(name: string, max: number): string {
+  if (name.length <= max) return name
+  const hash = createHash('sha256').update(name).digest('hex').slice(0, 8)
+  return `${name.slice(0, max - hash.length - 1)}_${hash}`
+}
+
+/** The blocks table of a counters table: `<table>_blocks` (shortened past 63 bytes). */
+export function blocksTable(table: string): string {
+  return relatedName(table, '_blocks')
 }
 
 /**
@@ -50,6 +80,12 @@ export const FILLFACTOR = 70
  *
  * A table of version 0.1 (windows in seconds, columns `window_size` and `window_start`) is
  * converted in place first: the columns are renamed and their values multiplied by 1000.
+ *
+ * Then the blocks table (`<table>_blocks`, {@link blocksTable}): one row per blocked key of a
+ * namespace, `until_ms` its end (epoch ms). Made with IF NOT EXISTS, so a database migrated by
+ * an earlier version gains it beside its counters. The index on (namespace, until_ms) lets the
+ * purge find ended blocks without reading the live ones; blocks are written rarely (when a key
+ * is blocked or lifted), so its upkeep costs the hits nothing.
  */
 export function ddl(names: TableNames): string {
   const schema = names.schema.replace(/'/g, "''")
@@ -75,7 +111,14 @@ CREATE TABLE IF NOT EXISTS ${names.qualified} (
   seq             bigint NOT NULL,
   CONSTRAINT "${names.table}_pkey" PRIMARY KEY (namespace, window_size_ms, window_start_ms, key, node_id)
 ) WITH (fillfactor = ${FILLFACTOR});
-ALTER TABLE ${names.qualified} SET (fillfactor = ${FILLFACTOR});`
+ALTER TABLE ${names.qualified} SET (fillfactor = ${FILLFACTOR});
+CREATE TABLE IF NOT EXISTS ${names.blocks} (
+  namespace text COLLATE "C" NOT NULL,
+  key       text COLLATE "C" NOT NULL,
+  until_ms  bigint NOT NULL,
+  CONSTRAINT "${relatedName(names.table, '_blocks_pkey')}" PRIMARY KEY (namespace, key)
+);
+CREATE INDEX IF NOT EXISTS "${relatedName(names.table, '_blocks_until')}" ON ${names.blocks} (namespace, until_ms);`
 }
 
 /**
@@ -97,15 +140,18 @@ ALTER TABLE ${names.qualified} SET (fillfactor = ${FILLFACTOR});`
  * known array exactly, so a prepared push was re-planned on every call (custom plans, about
  * 0.3 ms each), while `generate_subscripts` has a fixed estimate and the cached generic plan is
  * used. Subscripting a text array is linear per element, so large batches keep `unnest`.
+ *
+ * `extra` (the blocks, blocks.ts) adds CTEs before the push's own, columns and joins;
+ * without it the text is the one pushes without blocks have always sent.
  */
-export function pushSql(names: TableNames, small = false): string {
+export function pushSql(names: TableNames, small = false, extra?: PushExtension): string {
   const written = small
     ? 'SELECT ($4::text[])[i] AS key, ($5::bigint[])[i] AS window_size_ms, ($6::bigint[])[i] AS window_start_ms, ($7::numeric[])[i] AS count FROM generate_subscripts($4::text[], 1) AS i'
     : 'SELECT * FROM unnest($4::text[], $5::bigint[], $6::bigint[], $7::numeric[]) AS w(key, window_size_ms, window_start_ms, count)'
   const refreshed = small
     ? 'SELECT ($8::text[])[j], ($9::bigint[])[j], ($10::bigint[])[j], NULL::numeric FROM generate_subscripts($8::text[], 1) AS j'
     : 'SELECT f.key, f.window_size_ms, f.window_start_ms, NULL::numeric FROM unnest($8::text[], $9::bigint[], $10::bigint[]) AS f(key, window_size_ms, window_start_ms)'
-  return `WITH w AS (
+  return `WITH ${extra === undefined || extra.ctes === '' ? '' : `${extra.ctes}, `}w AS (
   ${written}
 ), up AS (
   INSERT INTO ${names.qualified} AS t (namespace, window_size_ms, window_start_ms, key, node_id, count, seq)
@@ -120,14 +166,68 @@ export function pushSql(names: TableNames, small = false): string {
 )
 SELECT r.key, r.window_size_ms, r.window_start_ms,
   (COALESCE(s.others, 0) + COALESCE(up.count, r.pushed, s.mine, 0))::text AS count,
-  COALESCE(up.count, r.pushed, s.mine, 0)::text AS own
+  COALESCE(up.count, r.pushed, s.mine, 0)::text AS own${extra === undefined ? '' : `,\n  ${extra.columns}`}
 FROM r
 LEFT JOIN up ON up.key = r.key AND up.window_size_ms = r.window_size_ms AND up.window_start_ms = r.window_start_ms
 LEFT JOIN LATERAL (
   SELECT sum(t.count) FILTER (WHERE t.node_id <> $2) AS others, sum(t.count) FILTER (WHERE t.node_id = $2) AS mine
   FROM ${names.qualified} t
   WHERE t.namespace = $1 AND t.window_size_ms = r.window_size_ms AND t.window_start_ms = r.window_start_ms AND t.key = r.key
-) s ON true`
+) s ON true${extra?.joins ?? ''}`
+}
+
+/** The parameters of a push: $1-$10 of {@link pushSql}, then those of an extension. */
+export type PushParams = [
+  namespace: string,
+  nodeId: string,
+  seq: number,
+  keys: string[],
+  sizes: number[],
+  starts: number[],
+  counts: string[],
+  readKeys: string[],
+  readSizes: number[],
+  readStarts: number[],
+  ...extra: unknown[],
+]
+
+/**
+ * A batch's windows as the parameters $1-$10 of {@link pushSql}, keys escaped (options.ts). A
+ * window written twice is sent once, its last write: ON CONFLICT cannot touch a row twice in
+ * one statement.
+ */
+export function pushParams(batch: DiffBatch): PushParams {
+  const writes = new Map<string, WindowPush>()
+  for (const w of batch.windows) writes.set(`${w.windowSizeMs}\u0000${w.windowStartMs}\u0000${w.key}`, w)
+  const keys: string[] = []
+  const sizes: number[] = []
+  const starts: number[] = []
+  const counts: string[] = []
+  for (const w of writes.values()) {
+    keys.push(encodeKey(w.key))
+    sizes.push(w.windowSizeMs)
+    starts.push(w.windowStartMs)
+    counts.push(String(w.count))
+  }
+  const rkeys: string[] = []
+  const rsizes: number[] = []
+  const rstarts: number[] = []
+  for (const r of batch.refresh) {
+    rkeys.push(encodeKey(r.key))
+    rsizes.push(r.windowSizeMs)
+    rstarts.push(r.windowStartMs)
+  }
+  return [batch.namespace, batch.nodeId, batch.seq, keys, sizes, starts, counts, rkeys, rsizes, rstarts]
+}
+
+/** What a push statement gains with blocks (blocks.ts): see {@link pushSql}, {@link pushOneSql}. */
+export interface PushExtension {
+  /** CTEs run before the push's own (`name AS (...)`, comma-separated), or ''. */
+  readonly ctes: string
+  /** Columns added to the answer. */
+  readonly columns: string
+  /** Joins or FROM items added after the push's own, with their leading newline or comma, or ''. */
+  readonly joins: string
 }
 
 /**
@@ -138,16 +238,16 @@ LEFT JOIN LATERAL (
  * A data-modifying WITH runs to completion whether or not the query reads it.
  *
  * $1 namespace, $2 node id, $3 seq, $4 key, $5 size, $6 start, $7 count (text) of the written
- * window; $8 key, $9 size, $10 start of the read one (NULL: none).
+ * window; $8 key, $9 size, $10 start of the read one (NULL: none). `extra` as in {@link pushSql}.
  */
-export function pushOneSql(names: TableNames): string {
-  return `WITH up AS (
+export function pushOneSql(names: TableNames, extra?: PushExtension): string {
+  return `WITH ${extra === undefined || extra.ctes === '' ? '' : `${extra.ctes}, `}up AS (
   INSERT INTO ${names.qualified} AS t (namespace, window_size_ms, window_start_ms, key, node_id, count, seq)
   VALUES ($1, $5, $6, $4, $2, $7::numeric, $3)
   ON CONFLICT (namespace, window_size_ms, window_start_ms, key, node_id)
   DO UPDATE SET count = EXCLUDED.count, seq = EXCLUDED.seq WHERE t.seq < EXCLUDED.seq
 )
-SELECT (COALESCE(o.others, 0) + $7::numeric)::text AS count, r.count AS read_count, r.own AS read_own
+SELECT (COALESCE(o.others, 0) + $7::numeric)::text AS count, r.count AS read_count, r.own AS read_own${extra === undefined ? '' : `, ${extra.columns}`}
 FROM (
   SELECT sum(count) AS others FROM ${names.qualified}
   WHERE namespace = $1 AND window_size_ms = $5 AND window_start_ms = $6 AND key = $4 AND node_id <> $2
@@ -155,7 +255,7 @@ FROM (
   SELECT COALESCE(sum(count), 0)::text AS count, COALESCE(sum(count) FILTER (WHERE node_id = $2), 0)::text AS own
   FROM ${names.qualified}
   WHERE namespace = $1 AND window_size_ms = $9 AND window_start_ms = $10 AND key = $8
-) r`
+) r${extra?.joins ?? ''}`
 }
 
 /** One key-window: $1 namespace, $2 size, $3 start, $4 key, $5 node id. */
