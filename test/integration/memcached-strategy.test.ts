@@ -236,4 +236,179 @@ describe('MemcachedStrategy', () => {
       for (const m of servers) await m.kill()
     }
   })
+
+  describe('blocks', () => {
+    const SIZE = 60_000
+    // the block item as the server holds it: its end and its remaining TTL, s
+    const stored = async (ns: string, key: string): Promise<{ end: number; ttl: number } | undefined> => {
+      const item = s.keys.block(ns, key)
+      const [reply] = await client.exec([{ key: item, line: `mg ${item} t v` }])
+      if (reply?.code === 'EN') return undefined
+      assert.equal(reply?.code, 'VA')
+      return { end: Number(reply?.value?.toString()), ttl: Number(reply?.flags.find((f) => f.startsWith('t'))?.slice(1)) }
+    }
+    const block = (store: MemcachedStrategy, ns: string, nowMs: number, key: string, untilMs: number, nodeId = 'n') =>
+      store.pushDiffs({ namespace: ns, nodeId, seq: 1, nowMs, windows: [], refresh: [], blocks: [{ key, untilMs }] })
+
+    it('stores a block as one item expiring graceMs after its end, and a later end extends it', async () => {
+      const ns = `bttl-${randomUUID().slice(0, 8)}`
+      const now = Date.now()
+      await block(s, ns, now, 'k', now + 60_000)
+      let item = await stored(ns, 'k')
+      assert.equal(item?.end, now + 60_000)
+      assert.ok(item !== undefined && Math.abs(item.ttl - 70) <= 2, `ttl ${item?.ttl}, expected 60 s + 10 s of grace`)
+      await block(s, ns, now, 'k', now + 200_000)
+      await block(s, ns, now, 'k', now + 30_000) // earlier: neither the end nor the TTL moves
+      item = await stored(ns, 'k')
+      assert.equal(item?.end, now + 200_000)
+      assert.ok(item !== undefined && Math.abs(item.ttl - 210) <= 2, `ttl ${item?.ttl}, expected 210`)
+      // a 40-day block is sent as an absolute exptime (memcached would read 40 days as 1970)
+      await block(s, ns, now, 'long', now + 40 * 86_400_000)
+      item = await stored(ns, 'long')
+      assert.ok(item !== undefined && Math.abs(item.ttl - (40 * 86_400 + 10)) <= 2, `ttl ${item?.ttl}`)
+      await block(s, ns, now, 'k', 0)
+      assert.equal(await stored(ns, 'k'), undefined, 'a lift deletes the item')
+      // a block is neither a window nor an index entry: getCounters and resetKey never touch it
+      const rows = []
+      for await (const row of s.getCounters(ns, [SIZE], now)) rows.push(row)
+      assert.deepEqual(rows, [])
+      await s.resetKey(ns, 'long', [SIZE], now)
+      assert.equal((await stored(ns, 'long'))?.end, now + 40 * 86_400_000)
+    })
+
+    it('costs no command without blocks, and one round trip with them (a CAS round only to raise an earlier end)', async () => {
+      const ns = `brt-${randomUUID().slice(0, 8)}`
+      const own = new MemcachedClient({ servers: [server] })
+      const store = new MemcachedStrategy({ client: own, prefix })
+      const sent: string[] = []
+      const exec = own.exec.bind(own)
+      own.exec = (commands) => {
+        for (const c of commands) sent.push(c.line)
+        return exec(commands)
+      }
+      try {
+        const now = Date.now()
+        const start = windowStartMs(now, SIZE)
+        const batch = {
+          namespace: ns,
+          nodeId: 'n',
+          nowMs: now,
+          windows: [win('k', start, 1)],
+          refresh: [{ key: 'k', windowStartMs: start - SIZE, windowSizeMs: SIZE }],
+        }
+        await store.pushDiffs({ ...batch, seq: 1 })
+        assert.equal(own.stats.roundTrips, 1)
+        assert.ok(!sent.some((line) => line.includes(`${prefix}b:`)), `no block item named: ${sent.join(' | ')}`)
+        const plain = sent.length
+        sent.length = 0
+        await store.pushDiffs({ ...batch, seq: 2, readBlocks: true, windows: [win('k', start, 2)] })
+        assert.equal(own.stats.roundTrips, 2, 'readBlocks: one round trip still')
+        assert.equal(sent.length, plain - 2 + 1, 'one block read for the two rows of the key (and no index append now)')
+        const rows = await store.pushDiffs({ ...batch, seq: 3, blocks: [{ key: 'k', untilMs: now + 5_000 }], readBlocks: true })
+        assert.equal(own.stats.roundTrips, 3, 'a new block: written and read in the same round trip')
+        assert.deepEqual(
+          rows.map((r) => r.blockedUntilMs),
+          [now + 5_000, now + 5_000],
+        )
+        await store.pushDiffs({ ...batch, seq: 4, blocks: [{ key: 'k', untilMs: now + 9_000 }], readBlocks: true })
+        assert.equal(own.stats.roundTrips, 5, 'raising an earlier end: one CAS round more')
+        assert.equal((await stored(ns, 'k'))?.end, now + 9_000)
+      } finally {
+        await store.close()
+        own.close()
+      }
+    })
+
+    it('keeps the latest end when many connections block a key at once, and a racing lift leaves a consistent item', async () => {
+      const ns = `brace-${randomUUID().slice(0, 8)}`
+      const clients = Array.from({ length: 8 }, () => new MemcachedClient({ servers: [server] }))
+      const writers = clients.map((c) => new MemcachedStrategy({ client: c, prefix }))
+      try {
+        const now = Date.now()
+        for (let round = 0; round < 20; round++) {
+          const key = `k${round}`
+          const ends = writers.map((_, i) => now + 10_000 + ((i * 7 + round) % 8) * 1_000)
+          // a stored earlier end first, so that every writer goes through the CAS path
+          await block(s, ns, now, key, now + 1_000)
+          const rows = await Promise.all(
+            writers.map((w, i) =>
+              w.pushDiffs({
+                namespace: ns,
+                nodeId: `n${i}`,
+                seq: 1,
+                nowMs: now,
+                windows: [],
+                refresh: [{ key, windowStartMs: windowStartMs(now, SIZE), windowSizeMs: SIZE }],
+                blocks: [{ key, untilMs: ends[i] as number }],
+                readBlocks: true,
+              }),
+            ),
+          )
+          for (const [i, r] of rows.entries()) assert.ok((r[0]?.blockedUntilMs ?? 0) >= (ends[i] as number), `round ${round}, writer ${i}`)
+          const item = await stored(ns, key)
+          assert.equal(item?.end, Math.max(...ends), `round ${round}`)
+          assert.ok(item !== undefined && Math.abs(item.ttl - Math.ceil((item.end - now + 10_000) / 1000)) <= 2, 'its TTL is its own')
+        }
+        for (let round = 0; round < 20; round++) {
+          const key = `lift${round}`
+          const ends = writers.map((_, i) => now + 10_000 + i * 1_000)
+          await Promise.all([
+            ...writers.map((w, i) => block(w, ns, now, key, ends[i] as number, `n${i}`)),
+            block(writers[round % 8] as MemcachedStrategy, ns, now, key, 0),
+          ])
+          // any order of the lift among the blocks: none left, or the latest of those after it
+          const item = await stored(ns, key)
+          if (item !== undefined) {
+            assert.ok(ends.includes(item.end), `round ${round}: ${item.end}`)
+            assert.ok(Math.abs(item.ttl - Math.ceil((item.end - now + 10_000) / 1000)) <= 2, 'its TTL is its own')
+          }
+        }
+      } finally {
+        for (const w of writers) await w.close()
+        for (const c of clients) c.close()
+      }
+    })
+
+    it('reads blocks held on another server than the key-windows, in one round trip per server', async () => {
+      const servers = [await startPrivateMemcached(), await startPrivateMemcached()]
+      const two = new MemcachedStrategy({ servers: servers.map((m) => m.server) })
+      try {
+        const ns = `bmulti-${randomUUID().slice(0, 8)}`
+        const now = Date.now()
+        const start = windowStartMs(now, SIZE)
+        const keys = Array.from({ length: 50 }, (_, i) => `k${i}`)
+        await two.pushDiffs({
+          namespace: ns,
+          nodeId: 'n',
+          seq: 1,
+          nowMs: now,
+          windows: [],
+          refresh: [],
+          blocks: keys.map((key, i) => ({ key, untilMs: now + 1_000 * (i + 1) })),
+        })
+        const split = keys.filter(
+          (k) => two.client.serverOf(two.keys.block(ns, k)) !== two.client.serverOf(two.keys.window(ns, k, SIZE, start)),
+        )
+        assert.ok(split.length > 0, 'some blocks live away from their windows')
+        const before = two.client.stats.roundTrips
+        const rows = await two.pushDiffs({
+          namespace: ns,
+          nodeId: 'n',
+          seq: 2,
+          nowMs: now,
+          windows: keys.map((k) => win(k, start, 1)),
+          refresh: [],
+          readBlocks: true,
+        })
+        assert.deepEqual(
+          rows.map((r) => r.blockedUntilMs),
+          keys.map((_, i) => now + 1_000 * (i + 1)),
+        )
+        assert.equal(two.client.stats.roundTrips - before, 2)
+      } finally {
+        await two.close()
+        for (const m of servers) await m.kill()
+      }
+    })
+  })
 })

@@ -79,3 +79,9 @@ export function describe(reply: MetaReply | undefined): string {
   if (reply === undefined) return 'no reply'
   return reply.code === 'ERROR' ? reply.flags.join(' ') : `${reply.code} ${reply.flags.join(' ')}`.trim()
 }
+
+/** The CAS token of a reply read with the `c` flag, if it carries one. */
+export function casOf(reply: MetaReply | undefined): string | undefined {
+  const flag = reply?.flags.find((f) => f.startsWith('c'))
+  return flag === undefined ? undefined : flag.slice(1)
+}

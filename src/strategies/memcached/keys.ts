@@ -1,6 +1,6 @@
 /**
  * What the memcached strategy stores, and where: key names that fit memcached's rules, expiry
- * times that respect its 30-day rule, and the per-window log of node counts.
+ * times that respect its 30-day rule, the per-window log of node counts, and blocks.
  */
 import { createHash } from 'node:crypto'
 
@@ -62,6 +62,18 @@ export class KeySpace {
    * characters, fit; size and start stay readable for debugging.
    */
   window(namespace: string, key: string, windowSizeMs: number, windowStartMs: number): string {
+    return `${this.prefix}w:${this.keyHash(namespace, key)}:${windowSizeMs}:${windowStartMs}`
+  }
+
+  /**
+   * The block of one key: `<prefix>b:<hash(namespace, key)>`, the same hash as the key's window
+   * logs. The `b:` keeps it apart from every log and index name (`w:`, `i:`).
+   */
+  block(namespace: string, key: string): string {
+    return `${this.prefix}b:${this.keyHash(namespace, key)}`
+  }
+
+  private keyHash(namespace: string, key: string): string {
     const id = `${namespace}\u0000${key}`
     let h = this.hashes.get(id)
     if (h === undefined) {
@@ -69,7 +81,7 @@ export class KeySpace {
       h = hash(id, 22)
       this.hashes.set(id, h)
     }
-    return `${this.prefix}w:${h}:${windowSizeMs}:${windowStartMs}`
+    return h
   }
 
   /** One shard of the index of a namespace's window: the keys it holds, for `getCounters`. */

@@ -9,7 +9,8 @@ import {
 } from '../../core/strategy.js'
 import { BUILT_IN_STORES } from '../capabilities.js'
 import { MemcachedClient, type MetaCommand, type MetaReply } from './client.js'
-import { describe, KeyIndex } from './key-index.js'
+import { BatchBlocks } from './blocks.js'
+import { casOf, describe, KeyIndex } from './key-index.js'
 import { compactLog, exptime, indexEntry, KeySpace, logEntry, logTotal, nodeTag, type ParsedLog, parseLog } from './keys.js'
 
 /** Options of {@link MemcachedStrategy}. Give `servers` or `client`. */
@@ -62,7 +63,8 @@ function isWritten(reply: MetaReply | undefined): boolean {
  * them. Appends commute and repeat harmlessly, so a retried, duplicated or reordered push never
  * counts twice, and a lost one is carried by the next. A push is one pipelined round trip per
  * server (the writes and the read-back travel together). Logs are compacted with CAS when they
- * grow. Decimal values are refused (counts are kept as integers).
+ * grow. Decimal values are refused (counts are kept as integers). Blocks are one item per key,
+ * written and read in the same pipeline (./blocks.ts).
  *
  * @example
  * const store = new MemcachedStrategy({ servers: ['127.0.0.1:11211'] })
@@ -71,6 +73,7 @@ function isWritten(reply: MetaReply | undefined): boolean {
 export class MemcachedStrategy implements Strategy {
   readonly name = 'memcached'
   readonly supportsDecimals = BUILT_IN_STORES.memcached.supportsDecimals
+  readonly supportsBlocks = BUILT_IN_STORES.memcached.supportsBlocks
   readonly client: MemcachedClient
   readonly keys: KeySpace
   private readonly ownsClient: boolean
@@ -145,7 +148,13 @@ export class MemcachedStrategy implements Strategy {
       if (unique.size < windows.length) windows = [...unique.values()]
     }
     const tag = nodeTag(batch.nodeId)
-    const commands: MetaCommand[] = []
+    // Blocks ride in the same pipeline: their writes ahead of every row's command, their reads
+    // after. Without blocks and readBlocks, the pipeline is the same as before blocks existed.
+    const blocks =
+      (batch.blocks !== undefined && batch.blocks.length > 0) || batch.readBlocks === true
+        ? new BatchBlocks(this.client, this.keys, batch, this.graceMs, rowKeys(windows, batch.refresh))
+        : undefined
+    const commands: MetaCommand[] = blocks === undefined ? [] : [...blocks.writes]
     const pending: Pending[] = []
     for (const w of windows) {
       const item = this.keys.window(batch.namespace, w.key, w.windowSizeMs, w.windowStartMs)
@@ -169,10 +178,11 @@ export class MemcachedStrategy implements Strategy {
         item: this.keys.window(batch.namespace, r.key, r.windowSizeMs, r.windowStartMs),
       })
     for (const r of reads) commands.push({ key: r.item, line: `mg ${r.item} v c` })
+    if (blocks !== undefined) for (const c of blocks.reads) commands.push(c)
 
-    // one round trip per server: the writes, then the read-back of every window
+    // one round trip per server: the block writes, the writes, then the read-back of every window
     const replies = await this.client.exec(commands)
-    let at = 0
+    let at = blocks?.writes.length ?? 0
     let failed: number[] = []
     for (const [i, p] of pending.entries()) {
       this.checkWrite(replies[at], replies[at + 1])
@@ -185,7 +195,8 @@ export class MemcachedStrategy implements Strategy {
         at += 2
       }
     }
-    const readReplies = replies.slice(at)
+    const readReplies = replies.slice(at, at + reads.length)
+    if (blocks !== undefined) await blocks.settle(replies.slice(0, blocks.writes.length), replies.slice(at + reads.length))
     for (let attempt = 1; failed.length > 0; attempt++) {
       if (attempt >= MAX_WRITE_ATTEMPTS)
         throw new StoreError(
@@ -225,6 +236,8 @@ export class MemcachedStrategy implements Strategy {
       this.maybeCompact(r.item, log.parsed, reply, r.ref, batch.nowMs)
     }
     if (reindex.length > 0) await this.client.exec(reindex).catch((err: unknown) => this.report(err))
+    if (blocks !== undefined && batch.readBlocks === true)
+      return rows.map((row) => ({ ...row, blockedUntilMs: blocks.blockedUntilMs(row.key) }))
     return rows
   }
 
@@ -349,6 +362,14 @@ export class MemcachedStrategy implements Strategy {
   }
 }
 
+/** The keys of a batch's rows, in order: the windows written, then those refreshed. */
+function rowKeys(windows: readonly WindowRef[], refresh: readonly WindowRef[]): string[] {
+  const keys: string[] = []
+  for (const w of windows) keys.push(w.key)
+  for (const r of refresh) keys.push(r.key)
+  return keys
+}
+
 function hasOlderEntry(raw: string, tag: string, seq: number): boolean {
   const mark = `${tag},`
   let from = 0
@@ -361,9 +382,4 @@ function hasOlderEntry(raw: string, tag: string, seq: number): boolean {
     }
     from = at + mark.length
   }
-}
-
-function casOf(reply: MetaReply | undefined): string | undefined {
-  const flag = reply?.flags.find((f) => f.startsWith('c'))
-  return flag === undefined ? undefined : flag.slice(1)
 }
