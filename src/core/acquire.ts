@@ -113,8 +113,9 @@ export function keyQueuesOf(limiter: Limiter): KeyQueues {
  * `retryAfterMs` and the head tries again. Waiters behind the head never wake on their own, so
  * a thousand waiters on a key cost one timer, not a thousand (no thundering herd).
  *
- * A try never counts a denied hit, whatever the limiter's `countDenied`: the tries go through a
- * copy of the limiter with `countDenied: false`. In local and periodic namespaces that limiter
+ * A try never counts a denied hit, whatever the limiter's `countDenied`, and never blocks its key
+ * (a wait is not a violation; a block made elsewhere is waited out): the tries go through a
+ * copy of the limiter with `countDenied: false` and `blocksOnDeny: false`. In local and periodic namespaces that limiter
  * counts only admitted hits; in a synchronous one the store decides after the hit is written,
  * and a denied hit is taken back at once (locally, and in the store by a push in the background,
  * as `countDenied: false` always does): other processes may see it for one round trip, which can
@@ -130,9 +131,13 @@ export class KeyQueues {
   constructor(private readonly limiter: Limiter) {
     // the same fields and methods, only countDenied differs; the limiter itself is untouched,
     // so its hot path keeps its shape
-    this.tries = limiter.countDenied
-      ? (Object.assign(Object.create(Object.getPrototypeOf(limiter) as object) as Limiter, limiter, { countDenied: false }) as Limiter)
-      : limiter
+    this.tries =
+      limiter.countDenied || limiter.blocksOnDeny
+        ? (Object.assign(Object.create(Object.getPrototypeOf(limiter) as object) as Limiter, limiter, {
+            countDenied: false,
+            blocksOnDeny: false,
+          }) as Limiter)
+        : limiter
   }
 
   acquire(key: string, cost: number, options: AcquireOptions | undefined): Promise<Decision> {

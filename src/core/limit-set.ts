@@ -17,6 +17,8 @@ export interface Limit {
   /** Window size, seconds. */
   readonly window: number
   readonly table: WindowTable
+  /** How long a key this limit denies stays blocked, ms; 0 when it does not block. */
+  readonly blockMs: number
 }
 
 /** Checks `specs` against `namespace` (ConfigErrors naming the limit) and binds each to its window's table. */
@@ -41,8 +43,11 @@ export function compileLimits(namespace: Namespace, specs: unknown): Limit[] {
     const name = spec.name ?? `${perKey === undefined ? String(limit) : 'per-key'}-in-${window}s`
     if (typeof name !== 'string' || name.length === 0)
       throw new ConfigError('INVALID_OPTION', `limits[${i}].name must be a non-empty string, got ${String(name)}`)
+    const blockMs = spec.blockMs ?? 0
+    if (typeof blockMs !== 'number' || !Number.isFinite(blockMs) || blockMs < 0 || (spec.blockMs !== undefined && blockMs === 0))
+      throw new ConfigError('INVALID_OPTION', `limits[${i}].blockMs must be a positive number of ms, got ${String(spec.blockMs)}`)
     if (perKey === undefined) table.watchLimit(limit as number)
-    return { name, limit: perKey === undefined ? (limit as number) : Number.NaN, perKey, index: i, window: table.sizeSec, table }
+    return { name, limit: perKey === undefined ? (limit as number) : Number.NaN, perKey, index: i, window: table.sizeSec, table, blockMs }
   })
 }
 

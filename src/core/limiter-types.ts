@@ -15,6 +15,13 @@ export interface LimitSpec {
   readonly window: number
   /** Policy name in headers. @default `${limit}-in-${window}s` (`per-key-in-${window}s` for a function) */
   readonly name?: string
+  /**
+   * Once this limit denies a key, every hit of the key is denied until `blockMs` after that
+   * denial, whatever the counts say (rate-limiter-flexible's `blockDuration`): brute-force
+   * protection. In a synced namespace the block reaches the whole fleet through the store
+   * (docs/ARCHITECTURE.md, "Blocks"). A blocked hit is not counted. @default no block
+   */
+  readonly blockMs?: number
 }
 
 /** Options of one `hit()` or `peek()`. */
@@ -87,9 +94,15 @@ export interface Decision extends LimitState {
   /** Set when the store failed and `onStoreError` decided the outcome. */
   readonly storeError?: StoreError
   /**
+   * True when the key is blocked: denied by a block (`reason: 'blocked'`), or denied by a limit
+   * with `blockMs` that has just blocked it. `retryAfterMs` is then when the block ends (or
+   * later, when the counts still deny then).
+   */
+  readonly blocked?: boolean
+  /**
    * What decided: `'limit'` (the limits, allowed or not), `'denylist'` / `'allowlist'` (a list;
-   * nothing was counted), `'store-error'` (the store failed and `onStoreError` decided);
-   * `'blocked'` is reserved for blocking.
+   * nothing was counted), `'store-error'` (the store failed and `onStoreError` decided),
+   * `'blocked'` (the key is blocked: `limiter.block()` or a limit's `blockMs`; nothing counted).
    */
   readonly reason: DecisionReason
 }

@@ -1,15 +1,14 @@
 import { type AcquireOptions, checkMaxQueue, keyQueuesOf, type ScheduleOptions } from './acquire.js'
-import type { Clock } from './clock.js'
 import type { WindowTable } from './counter-table.js'
 import { ConfigError, type StoreError, usageRangeError } from './errors.js'
-import { AppliedLimits, compileLimits, type Limit } from './limit-set.js'
-import type { Decision, HitOptions, LimiterOptions, LimitState, WindowCounts } from './limiter-types.js'
+import { Decisions } from './decisions.js'
+import type { Limit } from './limit-set.js'
+import type { Decision, HitOptions, LimiterOptions, WindowCounts } from './limiter-types.js'
 import { KeyLists, listedDecision, type ListVerdict } from './key-lists.js'
 import type { Namespace } from './namespace.js'
 import { rowsRate } from './previous-reads.js'
 import { type RefundOptions, refundTime, takeBack } from './refund.js'
 import type { CounterRow } from './strategy.js'
-import { retryAfterMs as computeRetryAfterMs } from './window.js'
 
 export type { Decision, HitOptions, LimiterOptions, LimitSpec, LimitState, WindowCounts } from './limiter-types.js'
 
@@ -22,38 +21,19 @@ export type { Decision, HitOptions, LimiterOptions, LimitSpec, LimitState, Windo
  * const d = limiter.hit('1.2.3.4')
  * if (!d.allowed) console.log(`retry in ${d.retryAfterMs} ms`)
  */
-export class Limiter {
-  /** @internal the namespace whose counters the limiter uses */
-  readonly namespace: Namespace
-  readonly countDenied: boolean
+export class Limiter extends Decisions {
   /** Option `maxQueue`. */
   readonly maxQueue: number
-  /** The namespace's clock (epoch ms): the time the limiter decides at. */
-  readonly clock: Clock
-  private readonly limits: readonly Limit[]
-  private readonly tables: readonly WindowTable[]
-  private readonly rates: Float64Array
-  private readonly before: Float64Array
-  // the limit each limit applies in the decision being made (a function's answer, an override)
-  private readonly set: AppliedLimits
   // undefined when no list is set: the hot path then pays one field test
   private readonly lists: KeyLists | undefined
 
   constructor(namespace: Namespace, options: LimiterOptions) {
     if (typeof options !== 'object' || options === null) throw new ConfigError('INVALID_OPTION', 'limiter options must be an object')
-    const { countDenied = true } = options
-    if (typeof countDenied !== 'boolean')
-      throw new ConfigError('INVALID_OPTION', `countDenied must be a boolean, got ${String(countDenied)}`)
-    this.limits = compileLimits(namespace, options.limits)
-    this.namespace = namespace
-    this.clock = namespace.clock
-    this.countDenied = countDenied
+    super(namespace, options)
     this.maxQueue = checkMaxQueue(options.maxQueue)
-    this.tables = this.limits.map((l) => l.table)
-    this.rates = new Float64Array(this.limits.length)
-    this.before = new Float64Array(this.limits.length)
-    this.set = new AppliedLimits(this.limits)
     this.lists = KeyLists.compile(options.denyList, options.allowList)
+    const blocking = this.limits.findIndex((l) => l.blockMs > 0)
+    if (blocking >= 0) namespace.enableBlocking(`limits[${blocking}].blockMs`)
   }
 
   /**
@@ -71,12 +51,18 @@ export class Limiter {
       if (verdict !== undefined) return this.listed(verdict, key, override, nowMs)
     }
     if (ns.mode === 'synchronous') return this.hitRemote(key, cost, nowMs, override)
+    const blocks = ns.blocks
+    if (blocks !== undefined) {
+      const until = blocks.check(key, nowMs)
+      if (until !== 0) return this.blockedDecision(key, cost, nowMs, until, override, undefined)
+    }
     if (this.limits.length === 1) {
       const l = this.limits[0] as Limit
       const limit = override ?? (l.perKey === undefined ? l.limit : this.set.limitOf(l, key))
       const rate = l.table.decide(key, cost, limit, this.countDenied, nowMs)
       const allowed = l.table.lastAllowed
-      return this.single(l, limit, allowed, rate, nowMs, allowed ? 0 : this.retryAfter(l, limit, key, cost, nowMs))
+      const d = this.single(l, limit, allowed, rate, nowMs, allowed ? 0 : this.retryAfter(l, limit, key, cost, nowMs))
+      return allowed || !this.blocksOnDeny ? d : this.startBlock(d, key, cost, nowMs)
     }
     const { rates, before } = this
     const applied = this.set.apply(key, override)
@@ -94,7 +80,8 @@ export class Limiter {
     if (allowed || (this.countDenied && admissible)) {
       for (let i = 0; i < this.limits.length; i++) rates[i] = (this.limits[i] as Limit).table.add(key, cost, nowMs)
     }
-    return this.decision(key, cost, nowMs, allowed, undefined)
+    const d = this.decision(key, cost, nowMs, allowed, undefined)
+    return allowed || !this.blocksOnDeny ? d : this.startBlock(d, key, cost, nowMs)
   }
 
   /**
@@ -104,7 +91,7 @@ export class Limiter {
    */
   allow(key: string, cost = 1): boolean | Promise<boolean> {
     const ns = this.namespace
-    if (ns.mode !== 'synchronous' && this.limits.length === 1 && this.lists === undefined && !this.set.dynamic) {
+    if (ns.mode !== 'synchronous' && this.limits.length === 1 && this.lists === undefined && !this.set.dynamic && ns.blocks === undefined) {
       ns.check(key, cost)
       if (cost < 0) throw usageRangeError('INVALID_VALUE', `cost must be >= 0, got ${cost}`)
       const l = this.limits[0] as Limit
@@ -140,6 +127,13 @@ export class Limiter {
       if (verdict !== undefined) return this.listed(verdict, key, override, nowMs)
     }
     if (ns.mode === 'synchronous') return this.peekRemote(key, 1, nowMs, override)
+    const blocks = ns.blocks
+    if (blocks !== undefined) {
+      const until = blocks.check(key, nowMs)
+      if (until !== 0) return this.blockedDecision(key, 1, nowMs, until, override, undefined)
+      // a peek counts nothing, so no table queues the key: the next sync reads its block all the same
+      blocks.touch(key)
+    }
     return this.peekLocal(key, 1, nowMs, undefined, undefined, override)
   }
 
@@ -203,16 +197,71 @@ export class Limiter {
     )
   }
 
-  /** Resets `key` in every window of the namespace (fleet-wide when the namespace syncs). */
+  /** Resets `key` in every window of the namespace and lifts its block (fleet-wide when the namespace syncs). */
   reset(key: string): Promise<void> {
     return this.namespace.resetKey(key)
   }
 
-  // The decision a hit of `cost` would get, read from the store without counting it.
-  private peekRemote(key: string, cost: number, nowMs: number, override: number | undefined): Promise<Decision> {
+  /**
+   * Blocks `key` for `ms` from now: every hit of it, on every limiter of the namespace, is denied
+   * (`reason: 'blocked'`, nothing counted) until then, whatever the counts say. A block is never
+   * shortened by another (the later end wins: {@link unblock} first to shorten one). In a synced
+   * namespace it reaches the fleet through the store: a synchronous one resolves once stored, a
+   * periodic one at once (stored by the next sync). A store failure does not reject: the block
+   * holds here and is pushed again, as hits are. Resolves with when the block ends, epoch ms.
+   *
+   * @example
+   * await limiter.block(ip, 15 * 60_000) // after a credential-stuffing alert
+   */
+  block(key: string, ms: number): Promise<number> {
+    const ns = this.namespace
+    ns.check(key, 0)
+    if (typeof ms !== 'number' || !(ms > 0) || !Number.isFinite(ms))
+      throw usageRangeError('INVALID_VALUE', `block duration must be a positive number of ms, got ${String(ms)}`)
+    const nowMs = ns.clock()
+    const end = ns.enableBlocking('limiter.block()').block(key, Math.ceil(nowMs + ms), nowMs)
+    return this.stored(key, nowMs).then(() => end)
+  }
+
+  /** Lifts `key`'s block, here and (when the namespace syncs) fleet-wide; its counts are left as they are. */
+  unblock(key: string): Promise<void> {
+    const ns = this.namespace
+    ns.check(key, 0)
+    ns.enableBlocking('limiter.unblock()').lift(key)
+    return this.stored(key, ns.clock())
+  }
+
+  // A synchronous namespace's block op pushed now (resolves either way: a failure is retried).
+  private stored(key: string, nowMs: number): Promise<void> {
+    if (this.namespace.mode !== 'synchronous') return Promise.resolve()
     return this.namespace.pushKey(key, this.tables, nowMs).then(
-      (rows) => this.peekLocal(key, cost, nowMs, undefined, rows, override),
-      (err: unknown) => this.peekLocal(key, cost, nowMs, err as StoreError, undefined, override),
+      () => undefined,
+      () => undefined,
+    )
+  }
+
+  // A synchronous hit of a key blocked here: the store is read first (a lift elsewhere), then the
+  // hit is blocked or goes on as usual.
+  private blockedRemote(key: string, cost: number, nowMs: number, override: number | undefined): Promise<Decision> {
+    const ns = this.namespace
+    const after = (rows: CounterRow[] | undefined): Decision | Promise<Decision> => {
+      const until = ns.blocks?.endOf(key, nowMs) ?? 0
+      return until !== 0 ? this.blockedDecision(key, cost, nowMs, until, override, rows) : this.hitRemote(key, cost, nowMs, override)
+    }
+    return ns.pushKey(key, this.tables, nowMs).then(after, () => after(undefined))
+  }
+
+  // The decision a hit of `cost` would get, read from the store without counting it.
+  // (The read has brought the key's block, when blocking is on: a blocked key says so.)
+  private peekRemote(key: string, cost: number, nowMs: number, override: number | undefined): Promise<Decision> {
+    const decide = (rows: CounterRow[] | undefined, err: StoreError | undefined): Decision => {
+      const until = this.namespace.blocks?.endOf(key, nowMs) ?? 0
+      if (until !== 0) return this.blockedDecision(key, cost, nowMs, until, override, rows)
+      return this.peekLocal(key, cost, nowMs, err, rows, override)
+    }
+    return this.namespace.pushKey(key, this.tables, nowMs).then(
+      (rows) => decide(rows, undefined),
+      (err: unknown) => decide(undefined, err as StoreError),
     )
   }
 
@@ -240,6 +289,8 @@ export class Limiter {
   }
 
   private hitRemote(key: string, cost: number, nowMs: number, override: number | undefined): Promise<Decision> {
+    if (this.namespace.blocks !== undefined && this.namespace.blocks.endOf(key, nowMs) !== 0)
+      return this.blockedRemote(key, cost, nowMs, override)
     // a cost above a limit can never be admitted: denied without a store call or a count
     const applied = this.set.apply(key, override)
     for (let i = 0; i < applied.length; i++) if (cost > (applied[i] as number)) return this.peekRemote(key, cost, nowMs, override)
@@ -262,6 +313,13 @@ export class Limiter {
     override: number | undefined,
   ): Decision {
     const ns = this.namespace
+    const blockedUntil = storeError === undefined && ns.blocks !== undefined ? ns.blocks.endOf(key, nowMs) : 0
+    if (blockedUntil !== 0) {
+      // blocked elsewhere, as the store said: the hit it took is taken back (a blocked hit never counts)
+      for (let i = 0; i < this.tables.length; i++) (this.tables[i] as WindowTable).add(key, -cost, nowMs)
+      void ns.pushKey(key, this.tables, nowMs).catch(() => undefined)
+      return this.blockedDecision(key, cost, nowMs, blockedUntil, override, undefined)
+    }
     // asked again: the decisions of other keys have used the array since the hit was sent
     const applied = this.set.apply(key, override)
     let allowed = true
@@ -273,78 +331,24 @@ export class Limiter {
       if (rate > (applied[i] as number)) allowed = false
     }
     if (storeError !== undefined) allowed = ns.onStoreError === 'allow'
-    if (!allowed && !this.countDenied) {
+    const takeBack = !allowed && !this.countDenied
+    if (takeBack) {
       for (let i = 0; i < this.limits.length; i++) {
         this.rates[i] = (this.limits[i] as Limit).table.add(key, -cost, nowMs)
       }
-      // the store has the hit: take it back in the background (retried on failure)
-      if (storeError === undefined) void ns.pushKey(key, this.tables, nowMs).catch(() => undefined)
     }
+    let d: Decision
     if (this.limits.length === 1 && storeError === undefined) {
       // one limit: the decision() object without its intermediate copies
       const l = this.limits[0] as Limit
       const limit = applied[0] as number
       const retryAfterMs = (this.before[0] as number) + cost > limit ? this.retryAfter(l, limit, key, cost, nowMs) : 0
-      return this.single(l, limit, allowed, this.rates[0] as number, nowMs, retryAfterMs)
-    }
-    return this.decision(key, cost, nowMs, allowed, storeError)
-  }
-
-  private decision(key: string, cost: number, nowMs: number, allowed: boolean, storeError: StoreError | undefined): Decision {
-    const states: LimitState[] = []
-    let decider = 0
-    for (let i = 0; i < this.limits.length; i++) {
-      const l = this.limits[i] as Limit
-      const limit = this.set.current[i] as number
-      const rate = this.rates[i] as number
-      const remaining = limit - rate
-      const retryAfterMs = (this.before[i] as number) + cost > limit ? this.retryAfter(l, limit, key, cost, nowMs) : 0
-      states.push({
-        name: l.name,
-        limit,
-        window: l.window,
-        remaining: remaining > 0 ? Math.floor(remaining) : 0,
-        rate,
-        resetMs: l.table.msToWindowEnd(nowMs),
-        retryAfterMs,
-      })
-    }
-    for (let i = 1; i < states.length; i++) {
-      const s = states[i] as LimitState
-      const d = states[decider] as LimitState
-      const better =
-        s.retryAfterMs > d.retryAfterMs ||
-        (s.retryAfterMs === d.retryAfterMs && (s.remaining < d.remaining || (s.remaining === d.remaining && s.window > d.window)))
-      if (better) decider = i
-    }
-    const d = states[decider] as LimitState
-    const decision: Decision = { allowed, ...d, reason: storeError !== undefined ? 'store-error' : 'limit' }
-    return {
-      ...decision,
-      ...(states.length > 1 ? { policies: states } : {}),
-      ...(storeError !== undefined ? { storeError } : {}),
-    }
-  }
-
-  /** The decision of a one-limit limiter, built in one object literal (the hot path's). */
-  private single(l: Limit, limit: number, allowed: boolean, rate: number, nowMs: number, retryAfterMs: number): Decision {
-    const remaining = limit - rate
-    return {
-      allowed,
-      name: l.name,
-      limit,
-      window: l.window,
-      remaining: remaining > 0 ? Math.floor(remaining) : 0,
-      rate,
-      resetMs: l.table.msToWindowEnd(nowMs),
-      retryAfterMs,
-      reason: 'limit',
-    }
-  }
-
-  private retryAfter(l: Limit, limit: number, key: string, cost: number, nowMs: number): number {
-    const { current, previous } = l.table.counts(key, nowMs)
-    return computeRetryAfterMs(current, previous, nowMs, l.table.sizeMs, limit, cost)
+      d = this.single(l, limit, allowed, this.rates[0] as number, nowMs, retryAfterMs)
+    } else d = this.decision(key, cost, nowMs, allowed, storeError)
+    if (!allowed && storeError === undefined && this.blocksOnDeny) d = this.startBlock(d, key, cost, nowMs)
+    // the store has the hit (take it back) or must learn of the block: one push in the background (retried on failure)
+    if (storeError === undefined && (takeBack || d.blocked === true)) void ns.pushKey(key, this.tables, nowMs).catch(() => undefined)
+    return d
   }
 
   // The decision of a listed key, with the limits that key would have.

@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto'
+import { Blocks } from './blocks.js'
 import { type Clock, cachedClock } from './clock.js'
 import type { CounterDict, DictStats } from './counter-dict.js'
 import { WindowTable } from './counter-table.js'
-import { usageRangeError, usageTypeError } from './errors.js'
+import { ConfigError, usageRangeError, usageTypeError } from './errors.js'
 import type { OnStoreError, ResolvedNamespaceOptions, SyncMode } from './options.js'
 import { rowsRate } from './previous-reads.js'
 import { StoreLink, type StrategyResolver } from './store-link.js'
@@ -48,9 +49,12 @@ export class Namespace {
   readonly dict: CounterDict
   /** Whether the namespace's store holds decimal counts; decimal values are refused when not. */
   readonly decimals: boolean
+  /** The namespace's blocks, once blocking is on (undefined: no hit pays for blocking). */
+  blocks: Blocks | undefined
   private readonly options: ResolvedNamespaceOptions
   private readonly link: StoreLink | undefined
   private readonly loop: SyncLoop | undefined
+  private readonly strategyKeepsBlocks: boolean
   private closed = false
   // made on the first watchClose(): pending acquires (acquire.ts) reject when the namespace closes
   private closeWatchers: Set<() => void> | undefined
@@ -73,10 +77,31 @@ export class Namespace {
     const strategy = options.strategy
     this.decimals =
       !synced || (typeof strategy === 'object' ? strategy.supportsDecimals : resolveStrategy.supportsDecimals(strategy as string))
+    this.strategyKeepsBlocks =
+      !synced || (typeof strategy === 'object' ? strategy.supportsBlocks === true : resolveStrategy.supportsBlocks(strategy as string))
     if (synced) {
       this.link = new StoreLink(options, this.nodeId, this.tables, resolveStrategy)
       this.loop = new SyncLoop(this.link, this.tables, options, this.clock)
     }
+    if (options.blocking) this.enableBlocking('blocking: true')
+  }
+
+  /**
+   * Turns blocking on (a limiter with `blockMs`, `block()`, `unblock()`, option `blocking`): from
+   * now on every decision of the namespace looks its key up in {@link blocks}. A synced namespace
+   * whose store does not keep blocks refuses (a block would hold in one process only).
+   */
+  enableBlocking(why: string): Blocks {
+    if (this.blocks !== undefined) return this.blocks
+    if (!this.strategyKeepsBlocks)
+      throw new ConfigError(
+        'INVALID_OPTION',
+        `${why}: the ${this.link?.strategyName ?? 'given'} strategy of namespace "${this.name}" does not keep blocks (its supportsBlocks is not true), so a block would hold in one process only`,
+      )
+    const blocks = new Blocks(this.mode !== 'local', this.dict.maxKeys)
+    this.blocks = blocks
+    if (this.link !== undefined) this.link.blocks = blocks
+    return blocks
   }
 
   /** The table of a window size in seconds, compared in whole ms; undefined when not listed. */
@@ -172,6 +197,8 @@ export class Namespace {
   async resetKey(key: string): Promise<void> {
     if (this.closed) throw this.closedError()
     if (typeof key !== 'string') throw usageTypeError('INVALID_KEY', `key must be a string, got ${typeof key}`)
+    // a reset lifts the key's block too (fleet-wide with the reset's push)
+    this.blocks?.lift(key)
     if (this.link === undefined) {
       for (const table of this.tables) table.forget(key)
       return

@@ -56,6 +56,15 @@ export interface NamespaceOptions {
    * @default false
    */
   predict?: boolean
+  /**
+   * Keep and honour blocks in this namespace (`limiter.block()`, a limit's `blockMs`): a blocked
+   * key is denied by every limiter of the namespace, and in a synced namespace every process
+   * learns of a block at its next sync or call. Turned on by itself when a limiter with `blockMs`
+   * is made or `block()`/`unblock()` is called here; set it on processes that only honour blocks
+   * made elsewhere (docs/ARCHITECTURE.md, "Blocks"). Off, a hit pays nothing for blocking.
+   * @default false
+   */
+  blocking?: boolean
   /** Identifies this process to the store; random by default. Must be unique per live process. */
   nodeId?: string
   /** Called with every store failure (the engine itself never prints). */
@@ -83,6 +92,7 @@ export interface ResolvedNamespaceOptions {
   readonly batchSize: number
   readonly idleRefreshMs: number
   readonly predict: boolean
+  readonly blocking: boolean
   readonly nodeId: string | undefined
   readonly onError: ((error: Error) => void) | undefined
 }
@@ -118,6 +128,7 @@ export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: stri
     'batchSize',
     'idleRefreshMs',
     'predict',
+    'blocking',
     'nodeId',
     'onError',
   ])
@@ -182,6 +193,8 @@ export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: stri
     throw invalid('batchSize', 'a positive integer', batchSize)
   const predict = o.predict ?? false
   if (typeof predict !== 'boolean') throw invalid('predict', 'a boolean', predict)
+  const blocking = o.blocking ?? false
+  if (typeof blocking !== 'boolean') throw invalid('blocking', 'a boolean', blocking)
   const idleRefreshMs = o.idleRefreshMs ?? 30_000
   if (typeof idleRefreshMs !== 'number' || !Number.isFinite(idleRefreshMs) || idleRefreshMs <= 0)
     throw invalid('idleRefreshMs', 'a positive number of ms', idleRefreshMs)
@@ -207,6 +220,7 @@ export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: stri
     batchSize,
     idleRefreshMs,
     predict,
+    blocking,
     nodeId: nodeId as string | undefined,
     onError: onError as ((error: Error) => void) | undefined,
   }

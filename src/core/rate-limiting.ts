@@ -3,7 +3,7 @@ import { ConfigError, usageRangeError, usageTypeError } from './errors.js'
 import { Limiter, type LimiterOptions } from './limiter.js'
 import { Namespace, type NamespaceStats } from './namespace.js'
 import { type NamespaceOptions, resolveNamespaceOptions } from './options.js'
-import { createStrategy, hasStrategy, strategySupportsDecimals } from './registry.js'
+import { createStrategy, hasStrategy, strategySupportsBlocks, strategySupportsDecimals } from './registry.js'
 
 const DEFAULT_MAX_KEYS = 1_000_000
 
@@ -56,7 +56,11 @@ export class RateLimiting {
     }
     this.namespaces.set(
       resolved.namespace,
-      new Namespace(resolved, dict, { create: createStrategy, supportsDecimals: strategySupportsDecimals }),
+      new Namespace(resolved, dict, {
+        create: createStrategy,
+        supportsDecimals: strategySupportsDecimals,
+        supportsBlocks: strategySupportsBlocks,
+      }),
     )
   }
 

@@ -1,9 +1,10 @@
 import { channel } from 'node:diagnostics_channel'
+import type { Blocks } from './blocks.js'
 import type { WindowTable } from './counter-table.js'
 import { StoreError, toStoreError } from './errors.js'
 import type { ResolvedNamespaceOptions } from './options.js'
 import { PreviousReads } from './previous-reads.js'
-import type { CounterRow, Strategy, WindowPush, WindowRef } from './strategy.js'
+import type { BlockWrite, CounterRow, DiffBatch, Strategy, WindowPush, WindowRef } from './strategy.js'
 import { deadline, withTimeout } from './timeout.js'
 
 /** Published with every store failure: `{ namespace, error }`. */
@@ -13,6 +14,7 @@ export const storeErrorChannel = channel('ratelimiting:store-error')
 export interface StrategyResolver {
   create(name: string, options: Record<string, unknown>): Strategy | Promise<Strategy>
   supportsDecimals(name: string): boolean
+  supportsBlocks(name: string): boolean
 }
 
 /**
@@ -27,6 +29,8 @@ export class StoreLink {
   storeErrors = 0
   /** Called when a synchronous hit's write failed: the sync loop retries it. */
   onWriteFailed: () => void = () => undefined
+  /** The namespace's blocks, once blocking is on: pushes carry their pending ops and read blocks back. */
+  blocks: Blocks | undefined
   private readonly options: ResolvedNamespaceOptions
   private readonly tables: readonly WindowTable[]
   private readonly resolveStrategy: StrategyResolver
@@ -94,13 +98,14 @@ export class StoreLink {
       const table = tables[i] as WindowTable
       table.collectKey(key, nowMs, windows, refresh, this.previous.has(table, key, nowMs), write)
     }
-    return this.exchange(windows, refresh, nowMs, (rows, err) => {
-      if (rows === undefined) return this.pushKeyFailed(err, windows)
+    const blocks = this.blocks?.pendingFor(key)
+    return this.exchange(windows, refresh, nowMs, blocks, (rows, err) => {
+      if (rows === undefined) return this.pushKeyFailed(err, windows, blocks)
       try {
-        this.applyRows(rows, nowMs, true)
+        this.applyRows(rows, nowMs, true, blocks)
         this.previous.note(rows, nowMs)
       } catch (applyError) {
-        return this.pushKeyFailed(applyError, windows)
+        return this.pushKeyFailed(applyError, windows, blocks)
       }
       return rows
     })
@@ -111,27 +116,39 @@ export class StoreLink {
     const windows: WindowPush[] = []
     const refresh: WindowRef[] = []
     for (const table of this.tables) table.collectKey(key, nowMs, windows, refresh)
-    return this.exchange(windows, refresh, nowMs, (rows, err) => {
+    const blocks = this.blocks?.pendingFor(key)
+    return this.exchange(windows, refresh, nowMs, blocks, (rows, err) => {
       if (rows === undefined) throw err
-      this.applyRows(rows, nowMs, true)
+      this.applyRows(rows, nowMs, true, blocks)
     })
   }
 
-  /** Sends writes and reads in batches of `batchSize` key-windows, applying each answer. */
-  async send(windows: readonly WindowPush[], refresh: readonly WindowRef[], nowMs: number): Promise<void> {
+  /**
+   * Sends writes and reads in batches of `batchSize` key-windows, applying each answer. With
+   * `withBlocks`, the first batch also carries every pending block op (and is sent for them alone).
+   */
+  async send(windows: readonly WindowPush[], refresh: readonly WindowRef[], nowMs: number, withBlocks = false): Promise<void> {
     const strategy = await this.load()
     const batchSize = this.options.batchSize
+    let blocks = withBlocks ? this.blocks?.allPending() : undefined
+    if (blocks?.length === 0) blocks = undefined
     let w = 0
     let r = 0
-    while (w < windows.length || r < refresh.length) {
+    while (w < windows.length || r < refresh.length || blocks !== undefined) {
       const writes = windows.slice(w, w + batchSize)
       w += writes.length
       const reads = refresh.slice(r, r + batchSize - writes.length)
       r += reads.length
-      const batch = { namespace: this.namespace, nodeId: this.nodeId, seq: ++this.seq, nowMs, windows: writes, refresh: reads }
+      const batch = this.batch(writes, reads, nowMs, blocks)
       const rows = await withTimeout(strategy.pushDiffs(batch), this.options.storeTimeoutMs, strategy.name, 'pushDiffs')
-      this.applyRows(rows, nowMs, false)
+      this.applyRows(rows, nowMs, false, blocks)
+      blocks = undefined
     }
+  }
+
+  /** Whether block ops wait for the store. */
+  get hasPendingBlocks(): boolean {
+    return this.blocks !== undefined && this.blocks.pendingCount > 0
   }
 
   /**
@@ -174,8 +191,21 @@ export class StoreLink {
     return undefined
   }
 
-  private applyRows(rows: readonly CounterRow[], nowMs: number, create: boolean): void {
+  // The batch of one push: the blocks fields only once blocking is on (the batch keeps its shape otherwise).
+  private batch(windows: WindowPush[], refresh: WindowRef[], nowMs: number, blocks: BlockWrite[] | undefined): DiffBatch {
+    const seq = ++this.seq
+    if (this.blocks === undefined) return { namespace: this.namespace, nodeId: this.nodeId, seq, nowMs, windows, refresh }
+    const batch = { namespace: this.namespace, nodeId: this.nodeId, seq, nowMs, windows, refresh, readBlocks: true }
+    return blocks === undefined ? batch : { ...batch, blocks }
+  }
+
+  private applyRows(rows: readonly CounterRow[], nowMs: number, create: boolean, sentBlocks?: readonly BlockWrite[]): void {
     for (const row of rows) this.tableOf(row.windowSizeMs)?.apply(row, nowMs, create)
+    const blocks = this.blocks
+    if (blocks !== undefined) {
+      blocks.acked(sentBlocks)
+      blocks.learn(rows, nowMs)
+    }
   }
 
   /**
@@ -187,12 +217,13 @@ export class StoreLink {
     windows: WindowPush[],
     refresh: WindowRef[],
     nowMs: number,
+    blocks: BlockWrite[] | undefined,
     settle: (rows: CounterRow[] | undefined, err: unknown) => T | Promise<T>,
   ): Promise<T> {
     const strategy = this.strategy
     if (strategy === undefined)
       return this.load().then(
-        () => this.exchange(windows, refresh, nowMs, settle),
+        () => this.exchange(windows, refresh, nowMs, blocks, settle),
         (err: unknown) => settle(undefined, err),
       )
     return new Promise<T>((resolve, reject) => {
@@ -208,7 +239,7 @@ export class StoreLink {
       }
       let sent: Promise<CounterRow[]>
       try {
-        sent = strategy.pushDiffs({ namespace: this.namespace, nodeId: this.nodeId, seq: ++this.seq, nowMs, windows, refresh })
+        sent = strategy.pushDiffs(this.batch(windows, refresh, nowMs, blocks))
       } catch (err) {
         finish(undefined, err)
         return
@@ -229,9 +260,9 @@ export class StoreLink {
 
   // A failed synchronous push: the hits stay local and unsynced (retried later); resolves with
   // undefined (onStoreError "local") or rejects with the StoreError for the caller to decide.
-  private pushKeyFailed(err: unknown, windows: readonly WindowPush[]): Promise<undefined> {
+  private pushKeyFailed(err: unknown, windows: readonly WindowPush[], blocks: BlockWrite[] | undefined): Promise<undefined> {
     const error = this.report(err)
-    if (windows.length > 0) this.onWriteFailed()
+    if (windows.length > 0 || blocks !== undefined) this.onWriteFailed()
     return this.options.onStoreError !== 'local' ? Promise.reject(error) : Promise.resolve(undefined)
   }
 

@@ -5,6 +5,7 @@ import type { StoreError } from './errors.js'
 import type { ResolvedNamespaceOptions } from './options.js'
 import type { StoreLink } from './store-link.js'
 import type { WindowPush, WindowRef } from './strategy.js'
+import { windowStartMs } from './window.js'
 
 /** Published after every periodic sync: `{ namespace, durationMs, windows, refreshed, error? }`. */
 export const syncChannel = channel('ratelimiting:sync')
@@ -108,15 +109,19 @@ export class SyncLoop {
     const windows: WindowPush[] = []
     const refresh: WindowRef[] = []
     for (const table of this.tables) table.collect(nowMs, windows, withRefresh ? refresh : undefined, this.idleBudget(table), all)
+    const first = this.tables[0]
+    // keys decided as blocked since the last sync: their block is read back (a lift elsewhere)
+    if (withRefresh && first !== undefined) this.link.blocks?.takeTouched(windowStartMs(nowMs, first.sizeMs), first.sizeMs, refresh)
     this.pendingWindows = windows.length
     let hits = 0
     for (const w of windows) hits += w.diff
     this.pendingHits = hits
-    if (windows.length === 0 && refresh.length === 0) return
+    const blocks = this.link.hasPendingBlocks
+    if (windows.length === 0 && refresh.length === 0 && !blocks) return
     let error: StoreError | undefined
     try {
       if (settleMs > 0 && withRefresh) {
-        if (windows.length > 0) await this.link.send(windows, [], nowMs)
+        if (windows.length > 0 || blocks) await this.link.send(windows, [], nowMs, true)
         // not unref'd: whoever awaits this cycle (a sync() queued behind it, close()) must not
         // see the process exit under it; it lasts syncRate / 20
         await new Promise<void>((resolve) => setTimeout(resolve, settleMs))
@@ -124,7 +129,7 @@ export class SyncLoop {
         for (const r of refresh) reads.push(r)
         await this.link.send([], reads, this.clock())
       } else {
-        await this.link.send(windows, refresh, nowMs)
+        await this.link.send(windows, refresh, nowMs, true)
       }
       this.syncs++
       this.lastSyncAtMs = nowMs

@@ -14,6 +14,7 @@ import type { CounterRow, DiffBatch, Strategy } from '../core/strategy.js'
 export class FaultyStrategy implements Strategy {
   readonly name: string
   readonly supportsDecimals: boolean
+  readonly supportsBlocks: boolean | undefined
   private readonly inner: Strategy
   private readonly wipe: (() => Promise<void>) | undefined
   private failPushes = 0
@@ -24,6 +25,7 @@ export class FaultyStrategy implements Strategy {
     this.inner = inner
     this.name = inner.name
     this.supportsDecimals = inner.supportsDecimals
+    this.supportsBlocks = inner.supportsBlocks
     this.wipe = options.restart
   }
 
