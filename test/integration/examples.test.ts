@@ -135,6 +135,21 @@ describe('examples', () => {
     ])
   })
 
+  it('login-protection: failed logins block the user and the IP; a blocked key is turned away before the password check', async () => {
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', 'examples/login-protection.ts'], { timeout: 30_000 })
+    assert.deepEqual(stdout.trim().split('\n'), [
+      ...Array.from({ length: 5 }, () => 'alice from 198.51.100.7: wrong password'),
+      // the 6th failure goes over 5 in 15 min: blocked; the counts deny for 20 min, past the 15-min block
+      'alice from 198.51.100.7: blocked for 1200 s',
+      'alice from 203.0.113.20: blocked for 1200 s',
+      'alice from 203.0.113.20: ok',
+      'bob from 192.0.2.66: blocked for 3600 s',
+      'bob from 192.0.2.99: wrong password',
+      'carol from 198.51.100.8: blocked for 1200 s',
+      'carol from 198.51.100.8: wrong password',
+    ])
+  })
+
   it('mysql-store: two processes share one limit through MariaDB, periodic and synchronous', async () => {
     // the example makes (and drops) a table named after its process id in RL_MYSQL_URL's database
     const { stdout } = await run(process.execPath, ['--import', 'tsx', 'examples/mysql-store.ts'], {
