@@ -57,7 +57,7 @@ function oursHit(ours: Ours, clock: Clock | undefined, limit: number): MemoryTar
 }
 
 /** Our `limiter.hit` with one of the limiter's options (what a feature costs when on), allowed. */
-function oursHitWith(ours: Ours, feature: 'per-key' | 'override' | 'lists' | 'periodic' | 'predict'): MemoryTarget {
+function oursHitWith(ours: Ours, feature: 'per-key' | 'override' | 'lists' | 'periodic' | 'predict' | 'block-ms'): MemoryTarget {
   const rl = ours.RateLimiting.newInstance(`bench-${++instances}`)
   const periodic = feature === 'periodic' || feature === 'predict'
   rl.new({
@@ -70,7 +70,13 @@ function oursHitWith(ours: Ours, feature: 'per-key' | 'override' | 'lists' | 'pe
   })
   const limiter = rl.limiter({
     namespace: 'bench',
-    limits: [{ limit: feature === 'per-key' ? (key: string) => (key.length > 64 ? 1 : NEVER_REACHED) : NEVER_REACHED, window: WINDOW_SEC }],
+    limits: [
+      {
+        limit: feature === 'per-key' ? (key: string) => (key.length > 64 ? 1 : NEVER_REACHED) : NEVER_REACHED,
+        window: WINDOW_SEC,
+        ...(feature === 'block-ms' ? { blockMs: 60_000 } : {}),
+      },
+    ],
     ...(feature === 'lists' ? { denyList: ['scraper', '10.0.0.0/8'], allowList: ['2001:db8::/32'] } : {}),
   })
   const options = { limit: NEVER_REACHED }
@@ -193,6 +199,7 @@ export function subjects(ours: Ours): Subject[] {
         ['lists', 'a deny and an allow list (no key listed)'],
         ['periodic', 'periodic namespace (no sync runs)'],
         ['predict', 'periodic namespace with `predict: true` (no sync runs)'],
+        ['block-ms', 'a limit with `blockMs` (no key blocked: a block lookup per hit)'],
       ] as const
     ).map(([feature, what]): Subject => ({
       id: `ours-hit-${feature}`,
