@@ -22,6 +22,12 @@ export interface LimitOption {
   readonly windowMs: number
   /** Policy name in the draft-8 headers. @default express-rate-limit's, such as "100-in-1min" */
   readonly name?: string
+  /**
+   * Once this limit denies a client, every request of it is denied (429, `Retry-After` at the
+   * block's end) until `blockMs` later, whatever the counts say; fleet-wide on a store
+   * (docs/ARCHITECTURE.md, "Blocks"). @default no block
+   */
+  readonly blockMs?: number
 }
 
 /**
@@ -35,6 +41,8 @@ export interface MiddlewareOptions<Req, Ends extends readonly unknown[] = [Req]>
   readonly limit?: number
   /** Shorthand for one limit: the window in ms. @default 60_000 */
   readonly windowMs?: number
+  /** Shorthand for one limit: how long a client it denies stays blocked, ms (see {@link LimitOption.blockMs}). */
+  readonly blockMs?: number
   /** Who is limited: an IP address, a user id, an API key. @default the client IP (Express, Fastify); required for Hono */
   readonly key?: (req: Req) => string | Promise<string>
   /** How much one request costs, a number or a function of the request. @default 1 */
@@ -128,7 +136,7 @@ export class MiddlewareCore<Req, Ends extends readonly unknown[] = [Req]> {
       withWindowOption(who, option, windowsMs, () => defineOwn(rl, name, windowSizes, options))
       this.owned = rl
     }
-    const specs = limits.map(({ limit, window, name }) => ({ limit, window, name }))
+    const specs = limits.map(({ limit, window, name, blockMs }) => ({ limit, window, name, ...(blockMs > 0 ? { blockMs } : {}) }))
     this.limiter = withWindowOption(who, option, windowsMs, () => rl.limiter({ namespace: name, limits: specs, countDenied }))
     // the legacy reset is an instant of the limiter's clock (a fake one in tests)
     this.clock = this.limiter.clock
@@ -195,19 +203,24 @@ interface ResolvedLimit {
   readonly window: number
   readonly windowMs: number
   readonly name: string
+  /** 0 when the limit does not block. */
+  readonly blockMs: number
 }
 
-function resolveLimits(options: Pick<MiddlewareOptions<unknown>, 'limits' | 'limit' | 'windowMs'>, who: string): ResolvedLimit[] {
-  const { limits, limit, windowMs } = options
+function resolveLimits(
+  options: Pick<MiddlewareOptions<unknown>, 'limits' | 'limit' | 'windowMs' | 'blockMs'>,
+  who: string,
+): ResolvedLimit[] {
+  const { limits, limit, windowMs, blockMs } = options
   let list: readonly LimitOption[]
   if (limits !== undefined) {
-    if (limit !== undefined || windowMs !== undefined)
-      throw new ConfigError('INVALID_OPTION', `${who}: give either limits or limit/windowMs, not both`)
+    if (limit !== undefined || windowMs !== undefined || blockMs !== undefined)
+      throw new ConfigError('INVALID_OPTION', `${who}: give either limits or limit/windowMs/blockMs, not both`)
     if (!Array.isArray(limits) || limits.length === 0) throw optionError(who, 'limits', 'a non-empty array of { limit, windowMs }', limits)
     list = limits
   } else {
     if (limit === undefined) throw new ConfigError('INVALID_OPTION', `${who}: limit (or limits) is required`)
-    list = [{ limit, windowMs: windowMs ?? 60_000 }]
+    list = [{ limit, windowMs: windowMs ?? 60_000, ...(blockMs === undefined ? {} : { blockMs }) }]
   }
   return list.map((l, i) => {
     const at = limits === undefined ? '' : `limits[${i}].`
@@ -217,6 +230,8 @@ function resolveLimits(options: Pick<MiddlewareOptions<unknown>, 'limits' | 'lim
     const window = windowSizeOf(who, `${at}windowMs`, l.windowMs)
     const name = l.name ?? policyName(l.limit, l.windowMs)
     if (typeof name !== 'string' || name.length === 0) throw optionError(who, `${at}name`, 'a non-empty string', name)
-    return { limit: l.limit, window, windowMs: l.windowMs, name }
+    if (l.blockMs !== undefined && (typeof l.blockMs !== 'number' || !Number.isFinite(l.blockMs) || l.blockMs <= 0))
+      throw optionError(who, `${at}blockMs`, 'a positive number of ms', l.blockMs)
+    return { limit: l.limit, window, windowMs: l.windowMs, name, blockMs: l.blockMs ?? 0 }
   })
 }
