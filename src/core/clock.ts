@@ -3,6 +3,12 @@ import timers from 'node:timers'
 /** A clock returns the current time in epoch milliseconds. */
 export type Clock = () => number
 
+/**
+ * `Date.now()`, read at every call (a fake-timer library installed later is honoured): the default
+ * clock of synchronous namespaces, whose decisions wait on a store round trip anyway.
+ */
+export const wallClock: Clock = () => Date.now()
+
 // How many reads one Date.now() serves at most. Date.now() costs about 38 ns here, more than a
 // whole local decision, so the default clock amortises it; see bench/engine.bench.ts.
 const READS_PER_REFRESH = 64

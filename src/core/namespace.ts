@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import { Blocks } from './blocks.js'
-import { type Clock, cachedClock } from './clock.js'
+import { type Clock, cachedClock, wallClock } from './clock.js'
 import type { CounterDict, DictStats } from './counter-dict.js'
 import { WindowTable } from './counter-table.js'
 import { ConfigError, usageRangeError, usageTypeError } from './errors.js'
@@ -65,7 +65,10 @@ export class Namespace {
     this.mode = options.mode
     this.syncRate = options.syncRate
     this.windowSizes = options.windowSizes
-    this.clock = options.clock ?? cachedClock
+    // A synchronous decision waits on a store round trip anyway: Date.now() costs nothing next to
+    // it, while the cached clock's expiry timer wakes an event loop that mostly waits on the store
+    // (docs/BENCHMARKS-redis.md, "The default clock").
+    this.clock = options.clock ?? (options.mode === 'synchronous' ? wallClock : cachedClock)
     this.nodeId = options.nodeId ?? randomUUID()
     this.onStoreError = options.onStoreError
     this.dict = dict

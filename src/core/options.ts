@@ -27,7 +27,10 @@ export interface NamespaceOptions {
    * (`0.05` is 50 ms), at most 2^54 ms.
    */
   windowSizes: readonly number[]
-  /** Returns the time in epoch ms. @default cachedClock (Date.now(), cached for at most about 1 ms and 64 reads) */
+  /**
+   * Returns the time in epoch ms. @default cachedClock (Date.now(), cached for at most about 1 ms and
+   * 64 reads); in synchronous mode `Date.now()` itself (each decision waits on the store anyway)
+   */
   clock?: Clock
   /** Most key-windows the dict holds before it evicts (see CounterDict). @default 1_000_000 */
   maxKeys?: number
