@@ -11,6 +11,7 @@
 import { createHash } from 'node:crypto'
 import mysql, { type Pool, type PoolConnection } from 'mysql2/promise'
 import {
+  type BlockWrite,
   ConfigError,
   type CounterRow,
   currentAndPrevious,
@@ -117,10 +118,14 @@ class Statements {
   readonly nextPage: string
   readonly window: string
   readonly purge: string
+  readonly blocks: string
+  readonly purgeBlocks: string
 
   constructor(table: string) {
     const t = `\`${table}\``
     this.table = t
+    // blocks (limiter.block(), a limit's blockMs) beside the counters: one row per blocked key
+    this.blocks = `\`${table}_blocks\``
     this.ddl = `CREATE TABLE IF NOT EXISTS ${t} (
   ns_hash         BINARY(32)     NOT NULL COMMENT 'SHA-256 of the namespace in UTF-16LE',
   window_size_ms  BIGINT         NOT NULL,
@@ -131,6 +136,12 @@ class Statements {
   hits            DECIMAL(65,30) NOT NULL COMMENT 'the node''s cumulative count in the window',
   seq             BIGINT         NOT NULL COMMENT 'the batch that wrote it',
   PRIMARY KEY (ns_hash, window_size_ms, window_start_ms, key_hash, node_hash)
+) ENGINE=InnoDB;
+CREATE TABLE IF NOT EXISTS ${this.blocks} (
+  ns_hash  BINARY(32) NOT NULL,
+  key_hash BINARY(32) NOT NULL COMMENT 'SHA-256 of the key in UTF-16LE',
+  until_ms BIGINT     NOT NULL COMMENT 'when the block ends, epoch ms',
+  PRIMARY KEY (ns_hash, key_hash)
 ) ENGINE=InnoDB`
     const page = `SELECT key_hash, MAX(key_bytes) AS key_bytes, SUM(hits) AS total, SUM(IF(node_hash = ?, hits, 0)) AS own
 FROM ${t} WHERE ns_hash = ? AND window_size_ms = ? AND window_start_ms = ?`
@@ -139,6 +150,7 @@ FROM ${t} WHERE ns_hash = ? AND window_size_ms = ? AND window_start_ms = ?`
     this.window = `SELECT SUM(hits) AS total, SUM(IF(node_hash = ?, hits, 0)) AS own
 FROM ${t} WHERE ns_hash = ? AND window_size_ms = ? AND window_start_ms = ? AND key_hash = ?`
     this.purge = `DELETE FROM ${t} WHERE ns_hash = ? AND window_size_ms = ? AND window_start_ms <= ? LIMIT ?`
+    this.purgeBlocks = `DELETE FROM ${this.blocks} WHERE ns_hash = ? AND until_ms <= ? LIMIT ?`
   }
 
   /**
@@ -148,16 +160,29 @@ FROM ${t} WHERE ns_hash = ? AND window_size_ms = ? AND window_start_ms = ? AND k
    * written and refreshed key-window. Each statement commits on its own, so the read sees this
    * write and every write committed before it.
    */
-  push(writes: number, reads: number): string {
+  push(writes: number, reads: number, blocks: BlockStatements = NO_BLOCKS): string {
     const parts = ['SET @rl_ns = ?, @rl_node = ?, @rl_seq = ?']
+    // block writes first, so the reads see them: lifts, then blocks keeping the later end
+    if (blocks.lifts > 0)
+      parts.push(
+        `DELETE FROM ${this.blocks} WHERE ns_hash = @rl_ns AND key_hash IN (${Array.from({ length: blocks.lifts }, () => '?').join(', ')})`,
+      )
+    if (blocks.sets > 0)
+      parts.push(`INSERT INTO ${this.blocks} (ns_hash, key_hash, until_ms) VALUES ${Array.from({ length: blocks.sets }, () => '(@rl_ns, ?, ?)').join(', ')}
+ON DUPLICATE KEY UPDATE until_ms = GREATEST(until_ms, VALUES(until_ms))`)
     if (writes > 0)
       parts.push(`INSERT INTO ${this.table} (ns_hash, window_size_ms, window_start_ms, key_hash, node_hash, key_bytes, hits, seq)
 VALUES ${Array.from({ length: writes }, () => '(@rl_ns, ?, ?, ?, @rl_node, ?, ?, @rl_seq)').join(', ')}
 ON DUPLICATE KEY UPDATE hits = IF(seq < VALUES(seq), VALUES(hits), hits), seq = GREATEST(seq, VALUES(seq))`)
-    parts.push(`SELECT window_size_ms, window_start_ms, key_hash, SUM(hits) AS total, SUM(IF(node_hash = @rl_node, hits, 0)) AS own,
+    // (a batch of blocks alone reads nothing)
+    if (reads > 0)
+      parts.push(`SELECT window_size_ms, window_start_ms, key_hash, SUM(hits) AS total, SUM(IF(node_hash = @rl_node, hits, 0)) AS own,
   SUM(IF(node_hash = @rl_node, 0, hits)) AS others
 FROM ${this.table} WHERE ns_hash = @rl_ns AND (window_size_ms, window_start_ms, key_hash) IN (${Array.from({ length: reads }, () => '(?, ?, ?)').join(', ')})
 GROUP BY window_size_ms, window_start_ms, key_hash`)
+    if (blocks.reads > 0)
+      parts.push(`SELECT key_hash, until_ms FROM ${this.blocks} WHERE ns_hash = @rl_ns AND until_ms > ?
+  AND key_hash IN (${Array.from({ length: blocks.reads }, () => '?').join(', ')})`)
     return parts.join(';\n')
   }
 
@@ -172,6 +197,36 @@ WHERE c.ns_hash = ? AND c.key_hash = ? AND c.node_hash <> ?
   AND (c.window_size_ms, c.window_start_ms) IN (${Array.from({ length: windows }, () => '(?, ?)').join(', ')})
 GROUP BY c.window_size_ms, c.window_start_ms
 ON DUPLICATE KEY UPDATE hits = VALUES(hits)`
+  }
+}
+
+/** How many block statements' parameters a push carries. */
+interface BlockStatements {
+  readonly lifts: number
+  readonly sets: number
+  readonly reads: number
+}
+
+const NO_BLOCKS: BlockStatements = { lifts: 0, sets: 0, reads: 0 }
+
+/**
+ * A batch's block writes, one per key in the order they were made (the engine may send a lift and
+ * then a block of one key): the keys whose block is lifted first, and the end set after.
+ */
+function foldBlocks(blocks: readonly BlockWrite[]): { lifts: Buffer[]; sets: Array<{ hash: Buffer; untilMs: number }> } {
+  const byKey = new Map<string, { hash: Buffer; lift: boolean; untilMs: number }>()
+  for (const b of blocks) {
+    let state = byKey.get(b.key)
+    if (state === undefined) byKey.set(b.key, (state = { hash: sha256(utf16(b.key)), lift: false, untilMs: 0 }))
+    if (b.untilMs === 0) {
+      state.lift = true
+      state.untilMs = 0
+    } else state.untilMs = Math.max(state.untilMs, b.untilMs)
+  }
+  const states = [...byKey.values()].sort((a, b) => Buffer.compare(a.hash, b.hash))
+  return {
+    lifts: states.filter((st) => st.lift).map((st) => st.hash),
+    sets: states.filter((st) => st.untilMs > 0).map((st) => ({ hash: st.hash, untilMs: st.untilMs })),
   }
 }
 
@@ -198,6 +253,8 @@ export class MysqlStrategy implements Strategy {
   readonly name = 'mysql'
   /** Counts are DECIMAL(65,30): decimals are held and summed exactly, to 30 places. */
   readonly supportsDecimals = true
+  /** Blocks are rows of `<table>_blocks`, written and read by the push's one query. */
+  readonly supportsBlocks = true
   /** Queries sent, by kind (each is one round trip), for tests and benchmarks. */
   readonly calls = { push: 0, page: 0, window: 0, reset: 0, purge: 0 }
   readonly table: string
@@ -274,7 +331,8 @@ export class MysqlStrategy implements Strategy {
   async pushDiffs(batch: DiffBatch): Promise<CounterRow[]> {
     if (batch.nodeId === RESET_NODE)
       throw new StoreError('STORE_ERROR', this.name, `node id "${RESET_NODE}" is reserved for reset offsets; use another nodeId`)
-    if (batch.windows.length === 0 && batch.refresh.length === 0) return []
+    const blocks = foldBlocks(batch.blocks ?? [])
+    if (batch.windows.length === 0 && batch.refresh.length === 0 && blocks.lifts.length === 0 && blocks.sets.length === 0) return []
     // One row per key-window (the last write wins, as the engine never sends two), in primary
     // key order: two pushes of one node then lock shared rows in the same order.
     const byWindow = new Map<string, Write>()
@@ -291,11 +349,28 @@ export class MysqlStrategy implements Strategy {
     // the read-back: what was written, then the refreshed key-windows
     const reads: { ref: WindowRef; hash: Buffer }[] = writes.map((w) => ({ ref: w.push, hash: w.hash }))
     for (const ref of batch.refresh) reads.push({ ref, hash: sha256(utf16(ref.key)) })
+    // block parameters go where their statements are: the writes before the windows', the read after
+    const blockValues: unknown[] = [...blocks.lifts]
+    for (const b of blocks.sets) blockValues.push(b.hash, b.untilMs)
+    values.splice(3, 0, ...blockValues)
     for (const r of reads) values.push(r.ref.windowSizeMs, r.ref.windowStartMs, r.hash)
+    const blockReads = batch.readBlocks === true ? [...new Set(reads.map((r) => r.hash.toString('hex')))] : []
+    if (blockReads.length > 0) values.push(batch.nowMs, ...blockReads.map((h) => Buffer.from(h, 'hex')))
+    const shape = { lifts: blocks.lifts.length, sets: blocks.sets.length, reads: blockReads.length }
     this.calls.push++
-    const results = await this.query('pushDiffs', this.sql.push(writes.length, reads.length), values, 'the write may have landed')
-    // the last statement's rows: one per key-window the table holds
-    const selected = (results as unknown[])[(results as unknown[]).length - 1] as Array<Record<string, unknown>>
+    const results = (await this.query(
+      'pushDiffs',
+      this.sql.push(writes.length, reads.length, shape),
+      values,
+      'the write may have landed',
+    )) as unknown[]
+    if (reads.length === 0) return []
+    const ends = new Map<string, number>()
+    if (blockReads.length > 0)
+      for (const row of results[results.length - 1] as Array<Record<string, unknown>>)
+        ends.set((row.key_hash as Buffer).toString('hex'), num(row.until_ms))
+    // the rows of the counts' statement (the last one, or the one before the blocks' read)
+    const selected = results[results.length - (blockReads.length > 0 ? 2 : 1)] as Array<Record<string, unknown>>
     const stored = new Map<string, Record<string, unknown>>()
     for (const row of selected) stored.set(windowId(row.window_size_ms, row.window_start_ms, row.key_hash as Buffer), row)
     return reads.map(({ ref, hash }, i) => {
@@ -304,8 +379,11 @@ export class MysqlStrategy implements Strategy {
       // a write is answered in its place in the node's sequence: its own count, the others' as
       // stored (a newer write of this node, committed first on another connection, kept its own)
       const written = i < writes.length ? (writes[i] as Write).push.count : undefined
-      if (written !== undefined) return { ...at, count: num(row?.others) + written, own: written }
-      return { ...at, count: num(row?.total), own: num(row?.own) }
+      const answer =
+        written !== undefined
+          ? { ...at, count: num(row?.others) + written, own: written }
+          : { ...at, count: num(row?.total), own: num(row?.own) }
+      return batch.readBlocks === true ? { ...answer, blockedUntilMs: ends.get(hash.toString('hex')) ?? 0 } : answer
     })
   }
 
@@ -376,6 +454,14 @@ export class MysqlStrategy implements Strategy {
         const result = (await this.query('purge', this.sql.purge, [ns, size, cutoff, this.purgeBatchSize])) as { affectedRows?: number }
         if ((result.affectedRows ?? 0) < this.purgeBatchSize) break
       }
+    }
+    // ended blocks read as none already; purged a grace period after their end
+    for (;;) {
+      this.calls.purge++
+      const result = (await this.query('purge', this.sql.purgeBlocks, [ns, nowMs - this.graceMs, this.purgeBatchSize])) as {
+        affectedRows?: number
+      }
+      if ((result.affectedRows ?? 0) < this.purgeBatchSize) break
     }
   }
 
