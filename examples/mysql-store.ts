@@ -16,6 +16,7 @@ import {
   type CounterRow,
   currentAndPrevious,
   type Decision,
+  foldBlockWrites,
   type DiffBatch,
   RateLimiting,
   StoreError,
@@ -209,24 +210,15 @@ interface BlockStatements {
 
 const NO_BLOCKS: BlockStatements = { lifts: 0, sets: 0, reads: 0 }
 
-/**
- * A batch's block writes, one per key in the order they were made (the engine may send a lift and
- * then a block of one key): the keys whose block is lifted first, and the end set after.
- */
-function foldBlocks(blocks: readonly BlockWrite[]): { lifts: Buffer[]; sets: Array<{ hash: Buffer; untilMs: number }> } {
-  const byKey = new Map<string, { hash: Buffer; lift: boolean; untilMs: number }>()
-  for (const b of blocks) {
-    let state = byKey.get(b.key)
-    if (state === undefined) byKey.set(b.key, (state = { hash: sha256(utf16(b.key)), lift: false, untilMs: 0 }))
-    if (b.untilMs === 0) {
-      state.lift = true
-      state.untilMs = 0
-    } else state.untilMs = Math.max(state.untilMs, b.untilMs)
-  }
-  const states = [...byKey.values()].sort((a, b) => Buffer.compare(a.hash, b.hash))
+// A batch's block writes, one per key (foldBlockWrites), in key-hash order: the keys whose
+// block is lifted first, and the ends set after.
+function blockWrites(blocks: readonly BlockWrite[]): { lifts: Buffer[]; sets: Array<{ hash: Buffer; untilMs: number }> } {
+  const folded = foldBlockWrites(blocks)
+    .map((b) => ({ ...b, hash: sha256(utf16(b.key)) }))
+    .sort((a, b) => Buffer.compare(a.hash, b.hash))
   return {
-    lifts: states.filter((st) => st.lift).map((st) => st.hash),
-    sets: states.filter((st) => st.untilMs > 0).map((st) => ({ hash: st.hash, untilMs: st.untilMs })),
+    lifts: folded.filter((b) => b.lift).map((b) => b.hash),
+    sets: folded.filter((b) => b.untilMs > 0).map((b) => ({ hash: b.hash, untilMs: b.untilMs })),
   }
 }
 
@@ -331,7 +323,7 @@ export class MysqlStrategy implements Strategy {
   async pushDiffs(batch: DiffBatch): Promise<CounterRow[]> {
     if (batch.nodeId === RESET_NODE)
       throw new StoreError('STORE_ERROR', this.name, `node id "${RESET_NODE}" is reserved for reset offsets; use another nodeId`)
-    const blocks = foldBlocks(batch.blocks ?? [])
+    const blocks = blockWrites(batch.blocks ?? [])
     if (batch.windows.length === 0 && batch.refresh.length === 0 && blocks.lifts.length === 0 && blocks.sets.length === 0) return []
     // One row per key-window (the last write wins, as the engine never sends two), in primary
     // key order: two pushes of one node then lock shared rows in the same order.

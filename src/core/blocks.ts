@@ -65,7 +65,7 @@ export class Blocks {
   block(key: string, untilMs: number, nowMs: number): number {
     const held = this.endOf(key, nowMs)
     const end = held > untilMs ? held : untilMs
-    if (held === 0) this.bound(this.until, nowMs)
+    if (held === 0) this.makeRoom(nowMs)
     this.until.set(key, end)
     if (this.synced) this.queue(key, end)
     return end
@@ -103,7 +103,7 @@ export class Blocks {
       const until = row.blockedUntilMs
       if (until === undefined || this.pending.has(row.key)) continue
       if (until > nowMs) {
-        if (!this.until.has(row.key)) this.bound(this.until, nowMs)
+        if (!this.until.has(row.key)) this.makeRoom(nowMs)
         this.until.set(row.key, until)
       } else this.until.delete(row.key)
     }
@@ -131,14 +131,15 @@ export class Blocks {
 
   // Room for one more block: ended ones go (one scan a second at most, so a flood of blocks costs
   // no scan per hit), then the oldest.
-  private bound(map: Map<string, number>, nowMs: number): void {
-    if (map.size < this.maxKeys) return
+  private makeRoom(nowMs: number): void {
+    const until = this.until
+    if (until.size < this.maxKeys) return
     if (nowMs >= this.nextScanMs) {
       this.nextScanMs = nowMs + 1000
-      for (const [key, until] of map) if (until <= nowMs) map.delete(key)
-      if (map.size < this.maxKeys) return
+      for (const [key, end] of until) if (end <= nowMs) until.delete(key)
+      if (until.size < this.maxKeys) return
     }
-    const oldest = map.keys().next()
-    if (oldest.done !== true) map.delete(oldest.value)
+    const oldest = until.keys().next()
+    if (oldest.done !== true) until.delete(oldest.value)
   }
 }

@@ -40,7 +40,9 @@ export abstract class Decisions {
     this.rates = new Float64Array(this.limits.length)
     this.before = new Float64Array(this.limits.length)
     this.set = new AppliedLimits(this.limits)
-    this.blocksOnDeny = this.limits.some((l) => l.blockMs > 0)
+    const blocking = this.limits.findIndex((l) => l.blockMs > 0)
+    this.blocksOnDeny = blocking >= 0
+    if (this.blocksOnDeny) namespace.enableBlocking(`limits[${blocking}].blockMs`)
   }
 
   protected decision(key: string, cost: number, nowMs: number, allowed: boolean, storeError: StoreError | undefined): Decision {
@@ -102,13 +104,13 @@ export abstract class Decisions {
 
   // A denial by the limits: when a denying limit has blockMs, the key is blocked from now.
   protected startBlock(d: Decision, key: string, cost: number, nowMs: number): Decision {
-    let blockMs = 0
     const limits = this.limits
-    for (let i = 0; i < limits.length; i++) {
+    // one limit: it denied (its decision fills no arrays); several: the longest of those that denied
+    let blockMs = limits.length === 1 ? (limits[0] as Limit).blockMs : 0
+    for (let i = 0; limits.length > 1 && i < limits.length; i++) {
       const l = limits[i] as Limit
       if (l.blockMs > blockMs && (this.before[i] as number) + cost > (this.set.current[i] as number)) blockMs = l.blockMs
     }
-    if (limits.length === 1) blockMs = (limits[0] as Limit).blockMs
     if (blockMs === 0) return d
     const blocks = this.namespace.blocks
     if (blocks === undefined) return d

@@ -43,11 +43,19 @@ export function compileLimits(namespace: Namespace, specs: unknown): Limit[] {
     const name = spec.name ?? `${perKey === undefined ? String(limit) : 'per-key'}-in-${window}s`
     if (typeof name !== 'string' || name.length === 0)
       throw new ConfigError('INVALID_OPTION', `limits[${i}].name must be a non-empty string, got ${String(name)}`)
-    const blockMs = spec.blockMs ?? 0
-    if (typeof blockMs !== 'number' || !Number.isFinite(blockMs) || blockMs < 0 || (spec.blockMs !== undefined && blockMs === 0))
-      throw new ConfigError('INVALID_OPTION', `limits[${i}].blockMs must be a positive number of ms, got ${String(spec.blockMs)}`)
+    const { blockMs } = spec
+    if (blockMs !== undefined && (typeof blockMs !== 'number' || !Number.isFinite(blockMs) || blockMs <= 0))
+      throw new ConfigError('INVALID_OPTION', `limits[${i}].blockMs must be a positive number of ms, got ${String(blockMs)}`)
     if (perKey === undefined) table.watchLimit(limit as number)
-    return { name, limit: perKey === undefined ? (limit as number) : Number.NaN, perKey, index: i, window: table.sizeSec, table, blockMs }
+    return {
+      name,
+      limit: perKey === undefined ? (limit as number) : Number.NaN,
+      perKey,
+      index: i,
+      window: table.sizeSec,
+      table,
+      blockMs: blockMs ?? 0,
+    }
   })
 }
 

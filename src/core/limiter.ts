@@ -32,8 +32,6 @@ export class Limiter extends Decisions {
     super(namespace, options)
     this.maxQueue = checkMaxQueue(options.maxQueue)
     this.lists = KeyLists.compile(options.denyList, options.allowList)
-    const blocking = this.limits.findIndex((l) => l.blockMs > 0)
-    if (blocking >= 0) namespace.enableBlocking(`limits[${blocking}].blockMs`)
   }
 
   /**

@@ -64,6 +64,33 @@ export interface BlockWrite {
   readonly untilMs: number
 }
 
+/** What a batch's block writes do to one key, in the order they were made. */
+export interface FoldedBlock {
+  readonly key: string
+  /** Drop the stored block first (the batch lifts the key). */
+  readonly lift: boolean
+  /** Then keep at least this end, epoch ms; 0 when the batch only lifts. */
+  readonly untilMs: number
+}
+
+/**
+ * A batch's block writes folded into one per key, as if applied one after the other (a lift,
+ * then a block of the same key, leaves the block): for stores that write each key once per
+ * batch (one SQL statement cannot upsert a row twice). In the order the keys first appear.
+ */
+export function foldBlockWrites(blocks: readonly BlockWrite[]): FoldedBlock[] {
+  const byKey = new Map<string, { key: string; lift: boolean; untilMs: number }>()
+  for (const b of blocks) {
+    let folded = byKey.get(b.key)
+    if (folded === undefined) byKey.set(b.key, (folded = { key: b.key, lift: false, untilMs: 0 }))
+    if (b.untilMs === 0) {
+      folded.lift = true
+      folded.untilMs = 0
+    } else if (b.untilMs > folded.untilMs) folded.untilMs = b.untilMs
+  }
+  return [...byKey.values()]
+}
+
 /** The stored state of one key-window. */
 export interface CounterRow extends WindowRef {
   /** Total over all nodes (after any reset). */

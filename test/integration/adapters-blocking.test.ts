@@ -5,9 +5,7 @@
  * then it passes again. Two app instances on the shared Redis (synchronous mode) share the block.
  */
 import assert from 'node:assert/strict'
-import { once } from 'node:events'
 import type { Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { after, describe, it } from 'node:test'
 import { serve } from '@hono/node-server'
 import express from 'express'
@@ -20,6 +18,7 @@ import { createHonoMiddleware } from '../../src/adapters/hono.js'
 import { type Clock, ConfigError, createFakeClock, type Strategy } from '../../src/index.js'
 import { RedisStrategy } from '../../src/strategies/redis/index.js'
 import { sharedRedisUrl } from '../support/redis-server.js'
+import { closeServer, listening } from '../support/http-server.js'
 import { deleteKeys, uniquePrefix } from './server-helpers.js'
 
 const redisUrl = await sharedRedisUrl()
@@ -53,16 +52,6 @@ function options<K>(s: Setup, key: K) {
     clock: s.clock,
     ...(s.strategy === undefined ? {} : { strategy: s.strategy, syncRate: 0, namespace: s.namespace as string }),
   }
-}
-
-async function listening(server: Server): Promise<string> {
-  if (!server.listening) await once(server, 'listening')
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
-}
-
-function closeServer(server: Server): Promise<void> {
-  server.closeAllConnections()
-  return new Promise((resolve) => server.close(() => resolve()))
 }
 
 const FRAMEWORKS: Array<[string, (s: Setup) => Promise<App>]> = [

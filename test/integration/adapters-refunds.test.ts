@@ -7,9 +7,7 @@
  * MemoryStrategy and the shared Redis (a unique prefix, deleted after).
  */
 import assert from 'node:assert/strict'
-import { once } from 'node:events'
 import http, { type Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { after, describe, it } from 'node:test'
 import { serve } from '@hono/node-server'
 import express from 'express'
@@ -23,6 +21,7 @@ import { createHonoMiddleware } from '../../src/adapters/hono.js'
 import { type Clock, ConfigError, createFakeClock, type FakeClock, MemoryStrategy, type Strategy } from '../../src/index.js'
 import { RedisStrategy } from '../../src/strategies/redis/index.js'
 import { sharedRedisUrl } from '../support/redis-server.js'
+import { closeServer, listening } from '../support/http-server.js'
 import { deleteKeys, uniquePrefix } from './server-helpers.js'
 
 const redisUrl = await sharedRedisUrl()
@@ -116,16 +115,6 @@ function refundOptions<A extends unknown[]>(s: Setup, status: (...args: A) => nu
         }
       : {}),
   }
-}
-
-async function listening(server: Server): Promise<string> {
-  if (!server.listening) await once(server, 'listening')
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
-}
-
-function closeServer(server: Server): Promise<void> {
-  server.closeAllConnections()
-  return new Promise((resolve) => server.close(() => resolve()))
 }
 
 function expressRoutes(app: express.Express, slow: App['slow'], s: Setup): void {

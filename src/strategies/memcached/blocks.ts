@@ -4,7 +4,7 @@
  * expiring `graceMs` after it. docs/STORES-memcached.md, "Blocks".
  */
 import { StoreError } from '../../core/errors.js'
-import type { DiffBatch } from '../../core/strategy.js'
+import { type DiffBatch, type FoldedBlock, foldBlockWrites } from '../../core/strategy.js'
 import type { MemcachedClient, MetaCommand, MetaReply } from './client.js'
 import { casOf, describe } from './key-index.js'
 import { exptime, type KeySpace } from './keys.js'
@@ -16,13 +16,9 @@ import { exptime, type KeySpace } from './keys.js'
  */
 const MAX_BLOCK_ATTEMPTS = 10
 
-/** What a batch does to one key's block, its writes folded in order. */
-interface KeyWrite {
+/** What a batch does to one key's block ({@link foldBlockWrites}), and the key's item. */
+interface KeyWrite extends FoldedBlock {
   readonly item: string
-  /** Delete the stored block first (a write of `untilMs: 0` in the batch). */
-  lift: boolean
-  /** The end to keep at least, after the lift; 0 when the batch only lifts. */
-  untilMs: number
 }
 
 /** A later-end write still to settle, with the item as last read (value and CAS). */
@@ -61,17 +57,7 @@ export class BatchBlocks {
     this.graceMs = graceMs
     // Folded per key, so that a key's commands are one lift and one add: a batch that blocks and
     // lifts the same key ends as the memory store would, whatever the CAS rounds do afterwards.
-    for (const b of batch.blocks ?? []) {
-      let w = this.written.get(b.key)
-      if (w === undefined) {
-        w = { item: keys.block(batch.namespace, b.key), lift: false, untilMs: 0 }
-        this.written.set(b.key, w)
-      }
-      if (b.untilMs === 0) {
-        w.lift = true
-        w.untilMs = 0
-      } else if (b.untilMs > w.untilMs) w.untilMs = b.untilMs
-    }
+    for (const b of foldBlockWrites(batch.blocks ?? [])) this.written.set(b.key, { ...b, item: keys.block(batch.namespace, b.key) })
     for (const w of this.written.values()) {
       if (w.lift) this.writes.push({ key: w.item, line: `md ${w.item}` })
       if (w.untilMs > 0) this.writes.push(this.add(w, this.ttlOf(w)), { key: w.item, line: `mg ${w.item} v c` })

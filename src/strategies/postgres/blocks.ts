@@ -4,7 +4,7 @@
  * The blocks table is made by the DDL in sql.ts. A push without blocks and without `readBlocks`
  * never comes here: it sends the very statements it always sent.
  */
-import type { BlockWrite, CounterRow, WindowRef } from '../../core/strategy.js'
+import { type BlockWrite, type CounterRow, foldBlockWrites, type WindowRef } from '../../core/strategy.js'
 import { encodeKey, num } from './options.js'
 import { type PushExtension, pushOneSql, pushSql, type TableNames } from './sql.js'
 
@@ -104,26 +104,18 @@ export interface BlockParams {
 }
 
 /**
- * Folds a batch's block writes into one write per key, as if applied one after
- * the other (one statement cannot upsert a row twice): a lift deletes the key's block, a set
- * after a lift replaces the stored end, sets alone keep the latest end.
+ * A batch's block writes, one per key ({@link foldBlockWrites}: one statement cannot upsert a row
+ * twice): a lift deletes the key's block, a set after a lift replaces the stored end, sets alone
+ * keep the latest end.
  */
 export function blockParams(blocks: readonly BlockWrite[]): BlockParams {
-  const byKey = new Map<string, { until: number; replace: boolean }>()
-  for (const b of blocks) {
-    const key = encodeKey(b.key)
-    const op = byKey.get(key)
-    if (b.untilMs === 0) byKey.set(key, { until: 0, replace: true })
-    else if (op === undefined) byKey.set(key, { until: b.untilMs, replace: false })
-    else op.until = Math.max(op.until, b.untilMs)
-  }
   const keys: string[] = []
   const untils: number[] = []
   const replace: boolean[] = []
-  for (const [key, op] of byKey) {
-    keys.push(key)
-    untils.push(op.until)
-    replace.push(op.replace)
+  for (const b of foldBlockWrites(blocks)) {
+    keys.push(encodeKey(b.key))
+    untils.push(b.untilMs)
+    replace.push(b.lift)
   }
   return { keys, untils, replace }
 }

@@ -5,11 +5,11 @@
  * A batch without blocks never comes here (redis-strategy.ts keeps its path as it was).
  */
 import type { StoreError } from '../../core/errors.js'
-import { type CounterRow, type DiffBatch, type WindowPush, type WindowRef, windowExpiresAtMs } from '../../core/strategy.js'
+import { type CounterRow, type DiffBatch, type WindowPush, windowExpiresAtMs } from '../../core/strategy.js'
 import { BlockPlan, blockCallArgs, fillBlockRows } from './block-plan.js'
 import type { RowRef } from './call-plan.js'
 import { PUSH_BLOCKS, SYNC_PUSH_BLOCKS } from './lua.js'
-import { checkCount, oneKeyBlockArgs } from './one-key.js'
+import { checkCount, oneKeyBlockArgs, replyParts, soleKey } from './one-key.js'
 import type { LuaScript } from './scripts.js'
 
 /** What {@link pushBlocks} needs of the strategy. */
@@ -38,16 +38,14 @@ export function pushBlocks(ctx: BlockContext, batch: DiffBatch): Promise<Counter
   const { windows, refresh } = batch
   const blocks = batch.blocks ?? []
   const size = windows.length + refresh.length
-  const key = (windows.length > 0 ? windows[0] : refresh[0])?.key
-  let oneKey = key !== undefined && (ctx.chunkSize === 0 || size < ctx.chunkSize)
-  for (let i = 0; oneKey && i < windows.length; i++) oneKey = (windows[i] as WindowPush).key === key
-  for (let i = 0; oneKey && i < refresh.length; i++) oneKey = (refresh[i] as WindowRef).key === key
-  for (let i = 0; oneKey && i < blocks.length; i++) oneKey = blocks[i]?.key === key
-  if (!oneKey) return size === 0 && blocks.length === 0 ? Promise.resolve([]) : pushManyBlocks(ctx, batch)
+  // the key's block name is one more name in the call
+  const key = ctx.chunkSize === 0 || size < ctx.chunkSize ? soleKey(batch) : undefined
+  if (key === undefined || blocks.some((b) => b.key !== key))
+    return size === 0 && blocks.length === 0 ? Promise.resolve([]) : pushManyBlocks(ctx, batch)
   const nonce = ctx.nonce()
   let args: string[]
   try {
-    args = oneKeyBlockArgs(batch, key as string, ctx.head(batch.namespace), nonce, ctx.graceMs)
+    args = oneKeyBlockArgs(batch, key, ctx.head(batch.namespace), nonce, ctx.graceMs)
   } catch (err) {
     return Promise.reject(ctx.storeError(err))
   }
@@ -55,7 +53,7 @@ export function pushBlocks(ctx: BlockContext, batch: DiffBatch): Promise<Counter
   const rowBlock = batch.readBlocks === true ? new Array<number>(size).fill(0) : undefined
   return ctx.send(windows.length === 1 ? SYNC_PUSH_BLOCKS : PUSH_BLOCKS, size + 1, args, (reply) => {
     const rows = new Array<CounterRow>(size)
-    fillBlockRows(replyParts(ctx, reply, nonce, size, 1), refs, undefined, rowBlock, rows)
+    fillBlockRows(blockReplyParts(ctx, reply, nonce, size, 1), refs, undefined, rowBlock, rows)
     return rows
   })
 }
@@ -84,7 +82,7 @@ async function pushManyBlocks(ctx: BlockContext, batch: DiffBatch): Promise<Coun
       const rowBlock = readBlocks ? call.blocks?.rowBlock : undefined
       pending.push(
         ctx.send(PUSH_BLOCKS, numKeys, argv, (reply) =>
-          fillBlockRows(replyParts(ctx, reply, nonce, call.names.length, blockNames), call.refs, call.rowIndex, rowBlock, rows),
+          fillBlockRows(blockReplyParts(ctx, reply, nonce, call.names.length, blockNames), call.refs, call.rowIndex, rowBlock, rows),
         ),
       )
     }
@@ -97,8 +95,6 @@ async function pushManyBlocks(ctx: BlockContext, batch: DiffBatch): Promise<Coun
 
 // The parts of a PUSH_BLOCKS or SYNC_PUSH_BLOCKS reply: the nonce, a total and own count per
 // key-window, an end per block name.
-function replyParts(ctx: BlockContext, reply: unknown, nonce: string, count: number, blockNames: number): string[] {
-  const parts = typeof reply === 'string' ? reply.split(' ') : undefined
-  if (parts === undefined || parts[0] !== nonce || parts.length !== 1 + 2 * count + blockNames) ctx.desync('pushDiffs', reply)
-  return parts
+function blockReplyParts(ctx: BlockContext, reply: unknown, nonce: string, count: number, blockNames: number): string[] {
+  return replyParts(reply, nonce, 1 + 2 * count + blockNames) ?? ctx.desync('pushDiffs', reply)
 }

@@ -6,6 +6,27 @@ import { type DiffBatch, type WindowPush, type WindowRef, windowExpiresAtMs } fr
 import { blockWriteArgs } from './block-plan.js'
 import { blockName, encodeKey, windowName } from './key-names.js'
 
+/**
+ * The key of every window written and read by `batch` when they share one (a synchronous hit:
+ * one call), else undefined.
+ */
+export function soleKey(batch: DiffBatch): string | undefined {
+  const { windows, refresh } = batch
+  const key = (windows.length > 0 ? windows[0] : refresh[0])?.key
+  for (let i = 0; i < windows.length; i++) if ((windows[i] as WindowPush).key !== key) return undefined
+  for (let i = 0; i < refresh.length; i++) if ((refresh[i] as WindowRef).key !== key) return undefined
+  return key
+}
+
+/**
+ * The parts of a PUSH-family reply, one string: the nonce, then `expected - 1` numbers; undefined
+ * when it is not that (a reply meant for another call).
+ */
+export function replyParts(reply: unknown, nonce: string, expected: number): string[] | undefined {
+  const parts = typeof reply === 'string' ? reply.split(' ') : undefined
+  return parts === undefined || parts[0] !== nonce || parts.length !== expected ? undefined : parts
+}
+
 /** Refuses a count Redis cannot hold (RangeError, a STORE_ERROR once wrapped). */
 export function checkCount(w: WindowPush): void {
   if (typeof w.count !== 'number' || !Number.isFinite(w.count))

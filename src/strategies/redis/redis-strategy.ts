@@ -15,7 +15,7 @@ import { type BlockContext, pushBlocks } from './block-push.js'
 import { CallPlan, type RowRef, type ScriptCall } from './call-plan.js'
 import { encodeKey, namespaceHead, type ParsedName, windowName } from './key-names.js'
 import { keySlot } from './key-slot.js'
-import { oneKeyArgs, oneWriteArgs } from './one-key.js'
+import { checkCount, oneKeyArgs, oneWriteArgs, replyParts, soleKey } from './one-key.js'
 import { PUSH, RESET, SYNC_PUSH } from './lua.js'
 import { type RedisClientLike, type RedisCommands, type RedisStrategyOptions, resolveRedisOptions } from './options.js'
 import { scanNamespace } from './scan.js'
@@ -87,11 +87,8 @@ export class RedisStrategy implements Strategy {
     const size = windows.length + refresh.length
     if (size === 0) return Promise.resolve([])
     // a synchronous hit: a few windows of one key, so one slot and one call
-    const key = (windows.length > 0 ? windows[0] : refresh[0])?.key as string
-    let oneKey = this.chunkSize === 0 || size <= this.chunkSize
-    for (let i = 0; oneKey && i < windows.length; i++) oneKey = (windows[i] as WindowPush).key === key
-    for (let i = 0; oneKey && i < refresh.length; i++) oneKey = (refresh[i] as WindowRef).key === key
-    if (!oneKey) return this.pushMany(batch)
+    const key = this.chunkSize === 0 || size <= this.chunkSize ? soleKey(batch) : undefined
+    if (key === undefined) return this.pushMany(batch)
     // one window written (a synchronous hit): SYNC_PUSH, the lean script; else PUSH
     const nonce = this.nonce()
     let args: string[]
@@ -127,9 +124,8 @@ export class RedisStrategy implements Strategy {
     const rows = new Array<CounterRow>(windows.length + refresh.length)
     const plan = this.plan(batch.namespace)
     for (let i = 0; i < windows.length; i++) {
-      const w = windows[i] as DiffBatch['windows'][number]
-      if (typeof w.count !== 'number' || !Number.isFinite(w.count))
-        throw new RangeError(`redis: count of ${JSON.stringify(w.key)} must be a finite number, got ${String(w.count)}`)
+      const w = windows[i] as WindowPush
+      checkCount(w)
       plan.write(w, String(w.count), String(windowExpiresAtMs(w.windowStartMs, w.windowSizeMs, this.graceMs)), i)
     }
     for (let j = 0; j < refresh.length; j++) plan.read(refresh[j] as RowRef, windows.length + j)
@@ -312,9 +308,7 @@ export class RedisStrategy implements Strategy {
 
   // The totals of a PUSH reply: the nonce, then per key-window its total and own count.
   private replyParts(reply: unknown, nonce: string, count: number): string[] {
-    const parts = typeof reply === 'string' ? reply.split(' ') : undefined
-    if (parts === undefined || parts[0] !== nonce || parts.length !== 1 + 2 * count) this.desync('pushDiffs', reply)
-    return parts
+    return replyParts(reply, nonce, 1 + 2 * count) ?? this.desync('pushDiffs', reply)
   }
 
   private fillRows(
