@@ -24,6 +24,7 @@ import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import { RateLimiterPostgres } from 'rate-limiter-flexible'
 import type { PostgresStrategy as PostgresStrategyClass } from '../src/strategies/postgres/index.js'
+import { pushOneSql } from '../src/strategies/postgres/sql.js'
 import { median } from './lib/harness.js'
 import { type LoadedEngine, loadOurs } from './lib/load-ours.js'
 import { interleavedRounds, log, type RoundSample } from './lib/stores.js'
@@ -38,6 +39,7 @@ const KEYS = Array.from({ length: 1000 }, (_, i) => `client-${i}`)
 const IN_FLIGHT = [1, 64, 256]
 const POOL_SIZE = 10
 const LIMIT = 1e9 // every hit allowed: this measures the cost of a decision, not of a refusal
+const FLEX = 'rate-limiter-flexible RateLimiterPostgres'
 
 type Decide = (key: string) => unknown
 
@@ -86,10 +88,11 @@ try {
   if (previous !== undefined) await new previous.PostgresStrategy({ pool: admin, schema: beforeSchema }).migrate()
   const pushes = (s: PostgresStrategyClass) => () => s.calls.push + s.calls.page + s.calls.window + s.calls.reset + s.calls.purge
   const ours =
-    (name: string, syncRate: number, batch: number, e: Engine = current) =>
+    (name: string, syncRate: number, batch: number, e: Engine = current, synchronousCommit?: 'off') =>
     async (): Promise<Made> => {
       const pool = new pg.Pool({ connectionString: URL_, max: POOL_SIZE })
-      const store = new e.PostgresStrategy({ pool, schema: e === current ? schema : beforeSchema, purgeIntervalMs: 0 })
+      const schemaOf = e === current ? schema : beforeSchema
+      const store = new e.PostgresStrategy({ pool, schema: schemaOf, purgeIntervalMs: 0, ...(synchronousCommit && { synchronousCommit }) })
       const rl = e.RateLimiting.newInstance(`bench-pg-${syncRate}-${name}`)
       rl.new({ namespace: `ns-${syncRate}`, windowSizes: [60], syncRate, strategy: store })
       const limiter = rl.limiter({ namespace: `ns-${syncRate}`, limits: [{ limit: LIMIT, window: 60 }] })
@@ -105,50 +108,63 @@ try {
         },
       }
     }
-  const flexible = async (): Promise<Made> => {
-    // a pg Pool as storeClient; its statements are counted on the pool
-    const pool = new pg.Pool({ connectionString: URL_, max: POOL_SIZE })
-    let statements = 0
-    const query = pool.query.bind(pool) as (...a: unknown[]) => unknown
-    ;(pool as unknown as { query: (...a: unknown[]) => unknown }).query = (...a: unknown[]) => {
-      statements++
-      return query(...a)
+  const flexible =
+    (asyncCommit = false) =>
+    async (): Promise<Made> => {
+      // a pg Pool as storeClient; its statements are counted on the pool. With asyncCommit, its
+      // connections commit without waiting for the WAL flush (synchronous_commit = off for the
+      // session: RateLimiterPostgres has no option of its own for it)
+      const pool = new pg.Pool({ connectionString: URL_, max: POOL_SIZE, ...(asyncCommit && { options: '-c synchronous_commit=off' }) })
+      let statements = 0
+      const query = pool.query.bind(pool) as (...a: unknown[]) => unknown
+      ;(pool as unknown as { query: (...a: unknown[]) => unknown }).query = (...a: unknown[]) => {
+        statements++
+        return query(...a)
+      }
+      const rlf = await new Promise<RateLimiterPostgres>((resolveReady, reject) => {
+        const limiter: RateLimiterPostgres = new RateLimiterPostgres(
+          {
+            storeClient: pool,
+            storeType: 'pool',
+            schemaName: schema,
+            tableName: 'rlflx',
+            points: LIMIT,
+            duration: 60,
+            clearExpiredByTimeout: false,
+          },
+          (err?: Error) => (err ? reject(err) : resolveReady(limiter)),
+        )
+      })
+      return {
+        name: asyncCommit ? `${FLEX}, synchronous_commit off` : FLEX,
+        batch: 1,
+        decide: (key) => rlf.consume(key),
+        statements: () => statements,
+        close: () => pool.end(),
+      }
     }
-    const rlf = await new Promise<RateLimiterPostgres>((resolveReady, reject) => {
-      const limiter: RateLimiterPostgres = new RateLimiterPostgres(
-        {
-          storeClient: pool,
-          storeType: 'pool',
-          schemaName: schema,
-          tableName: 'rlflx',
-          points: LIMIT,
-          duration: 60,
-          clearExpiredByTimeout: false,
-        },
-        (err?: Error) => (err ? reject(err) : resolveReady(limiter)),
-      )
-    })
-    return {
-      name: 'rate-limiter-flexible RateLimiterPostgres',
-      batch: 1,
-      decide: (key) => rlf.consume(key),
-      statements: () => statements,
-      close: () => pool.end(),
-    }
-  }
 
   const SYNC = 'ours, synchronous (syncRate 0)'
+  const SYNC_OFF = "ours, synchronous, synchronousCommit 'off'"
+  const BEFORE = 'ours before this change, synchronous'
   const rateOf = (x: RoundSample) => x.decisions / x.seconds
   const ratios = (a: RoundSample[], b: RoundSample[]) => {
     const rounds = a.map((x, r) => rateOf(x) / rateOf(b[r] as RoundSample))
     const f = (v: number) => `${v.toFixed(2)}x`
     return `${f(median(a.map(rateOf)) / median(b.map(rateOf)))} | ${f(median(rounds))} | ${f(Math.min(...rounds))}-${f(Math.max(...rounds))}`
   }
+  // [numerator, denominator] of the ratio rows, by subject name
+  const compared: Array<[string, string]> = [
+    [SYNC, FLEX],
+    [SYNC_OFF, `${FLEX}, synchronous_commit off`],
+    [SYNC_OFF, FLEX],
+    [BEFORE, FLEX],
+  ]
   for (const inFlight of IN_FLIGHT) {
     // the local mode alone, then the store-bound subjects with their rounds interleaved, so that
-    // load drifting on this shared machine weighs on both alike
-    const store = [ours(SYNC, 0, 1), flexible]
-    if (previous !== undefined) store.push(ours('ours before this change, synchronous', 0, 1, previous))
+    // load drifting on this shared machine weighs on all alike
+    const store = [ours(SYNC, 0, 1), flexible(), ours(SYNC_OFF, 0, 1, current, 'off'), flexible(true)]
+    if (previous !== undefined) store.push(ours(BEFORE, 0, 1, previous))
     const groups = inFlight === 64 ? [store] : [[ours('ours, periodic (syncRate 0.1 s)', 0.1, 256)], store]
     for (const group of groups) {
       const subjects: Made[] = []
@@ -167,16 +183,65 @@ try {
         log(`${subject.name}, ${inFlight} in flight: ${rate} decisions/s, ${rt.toPrecision(3)} statements/decision`)
         rows.push(`| ${subject.name} | ${inFlight} | ${rate} | ${rt < 0.001 ? rt.toExponential(1) : rt.toFixed(3)} | ${cpu.toFixed(1)} |`)
       }
-      if (subjects.length > 1) {
-        const [mine, theirs, old] = samples as [RoundSample[], RoundSample[], RoundSample[] | undefined]
-        ratioRows.push(`| ${inFlight} | ${ratios(mine, theirs)} |${old === undefined ? '' : ` ${ratios(old, theirs)} |`}`)
+      const of = (name: string) => samples[subjects.findIndex((x) => x.name === name)]
+      for (const [a, b] of compared) {
+        const [mine, theirs] = [of(a), of(b)]
+        if (mine !== undefined && theirs !== undefined) ratioRows.push(`| ${inFlight} | ${a} / ${b} | ${ratios(mine, theirs)} |`)
       }
     }
+  }
+
+  // One statement at a time on one connection, without the engines: where a synchronous hit's
+  // time goes. Each statement with the server's synchronous_commit and on a session with it off.
+  const commitRows: string[] = []
+  {
+    const connect = async (options?: string) => {
+      const client = new pg.Client({ connectionString: URL_, ...(options && { options }) })
+      await client.connect()
+      return client
+    }
+    const [on, off] = [await connect(), await connect('-c synchronous_commit=off')]
+    const names = setup.names
+    const flexTable = `"${schema}"."rlflx"`
+    // RateLimiterPostgres's statement for consume(), as it sends it (named: prepared once)
+    const flexText = `INSERT INTO ${flexTable} VALUES ($1, $2, $3) ON CONFLICT(key) DO UPDATE SET points = CASE WHEN (${flexTable}.expire <= $4 OR 1=0) THEN $2 ELSE ${flexTable}.points + ($2) END, expire = CASE WHEN ${flexTable}.expire <= $4 THEN $3 ELSE ${flexTable}.expire END RETURNING points, expire;`
+    const start = Math.floor(Date.now() / 60_000) * 60_000
+    let seq = 1e9
+    const statements: Array<[string, (c: pg.Client, key: string) => Promise<unknown>]> = [
+      ['a round trip: SELECT $1', (c, key) => c.query({ name: 'rt', text: 'SELECT $1::text', values: [key] })],
+      [
+        'RateLimiterPostgres: its upsert',
+        (c, key) => c.query({ name: 'fx', text: flexText, values: [key, 1, Date.now() + 60_000, Date.now()] }),
+      ],
+      [
+        'ours: the hit statement (upsert + sums)',
+        (c, key) =>
+          c.query({
+            name: 'hit',
+            text: pushOneSql(names),
+            values: ['commit-cost', c === on ? 'on' : 'off', ++seq, key, 60_000, start, String(seq), null, null, null],
+          }),
+      ],
+    ]
+    const subjects = statements.flatMap(([name, run]) =>
+      [on, off].map((c) => ({ name, c, batch: 1, decide: (key: string) => run(c, key) })),
+    )
+    for (const subject of subjects) await interleavedRounds([subject], KEYS, 1, 1, quick ? 100 : 300)
+    const samples = await interleavedRounds(subjects, KEYS, 1, quick ? 1 : 5, ROUND_MS)
+    const us = (i: number) => median((samples[i] ?? []).map((x) => (x.seconds * 1e6) / x.decisions))
+    for (const [i, [name]] of statements.entries()) {
+      const [a, b] = [us(2 * i), us(2 * i + 1)]
+      commitRows.push(`| ${name} | ${a.toFixed(0)} | ${b.toFixed(0)} | ${(a - b).toFixed(0)} |`)
+      log(`${name}: ${a.toFixed(0)} µs, ${b.toFixed(0)} µs with synchronous_commit off`)
+    }
+    await Promise.all([on.end(), off.end()])
   }
 
   const here = fileURLToPath(import.meta.url)
   const command = ['node', ...process.execArgv, relative(process.cwd(), here), ...args].join(' ')
   const { rows: version } = await admin.query('SHOW server_version')
+  const setting = async (name: string) => Object.values((await admin.query(`SHOW ${name}`)).rows[0] as object)[0] as string
+  const [commitSetting, syncMethod] = [await setting('synchronous_commit'), await setting('wal_sync_method')]
   const text = `# Benchmarks: PostgreSQL
 
 Decisions per second (median of ${ROUNDS} rounds of ${ROUND_MS / 1000} s) and store statements per
@@ -185,39 +250,61 @@ every hit allowed. "In flight" is the number of decisions in progress at once (a
 process; a decision returned synchronously, as periodic mode returns it, is used without an
 \`await\`, as the adapters do). Each subject has a pool of ${POOL_SIZE} connections.
 
-Synchronous mode against RateLimiterPostgres, same rounds:
+Synchronous mode against RateLimiterPostgres, same rounds ("synchronous_commit off": the
+subject's transactions commit without waiting for the WAL flush; ours sets it per hit with the
+option \`synchronousCommit: 'off'\`, RateLimiterPostgres, which has no such option, gets
+connections with it off for the session):
 
-| in flight | ours / RateLimiterPostgres: ratio of the medians | median of the per-round ratios | per-round ratios, range |${previous === undefined ? '' : ' before this change / RateLimiterPostgres: ratio of the medians | median of the per-round ratios | per-round ratios, range |'}
-|---:|---:|---:|---:|${previous === undefined ? '' : '---:|---:|---:|'}
+| in flight | subjects | ratio of the medians | median of the per-round ratios | per-round ratios, range |
+|---:|---|---:|---:|---:|
 ${ratioRows.join('\n')}
 
 | subject | in flight | decisions/s | statements/decision | client CPU µs/decision |
 |---|---:|---:|---:|---:|
 ${rows.join('\n')}
 
+Where one synchronous hit's time goes: each store's statement alone, one at a time on one
+connection, without either limiter (µs per statement, median of ${quick ? 1 : 5} rounds of ${ROUND_MS / 1000} s, same run):
+
+| statement | server's synchronous_commit | synchronous_commit off | the commit's wait for the WAL flush |
+|---|---:|---:|---:|
+${commitRows.join('\n')}
+
+- **The commit bounds both at 1 in flight.** Each synchronous hit is a transaction, and its
+  commit waits for the WAL to reach the disk (\`fdatasync\`): on this machine's shared virtual
+  disk that wait is most of a hit's time, for both stores alike (last table), and no client
+  work can win back more than the rest: at the server's setting ours and RateLimiterPostgres
+  run within the noise of the flush at 1 in flight. With commits that do not wait (the two
+  "synchronous_commit off" rows) the statements alone cost about the same (last table: ours does
+  an upsert of this process's own row and two primary-key lookups for the sums, theirs one
+  upsert), and what is left between the two is client work: ours spends more CPU per decision
+  (the client CPU column: the engine, and the strategy's session with its checkout and statement
+  deadlines), which a loaded 2-core machine turns into latency.
+- **Past the pool's connections, hits share statements.** A hit goes out alone, on its own
+  statement, while the strategy has fewer statements running than the pool has connections; past
+  that, hits wait in the strategy instead of in the pool's queue, and each connection that frees
+  takes all of them (up to 128) in one statement (src/strategies/postgres/hits.ts): one commit,
+  one WAL flush, for many hits (statements/decision below 1 at 64 and 256 in flight).
+  RateLimiterPostgres sends one statement, and pays one commit, per decision.
+- \`synchronousCommit: 'off'\` (an option, unset by default) sets \`synchronous_commit\` for
+  the hits' own transactions, inside their one statement; the server's and the session's setting
+  stay as they are. The cost is durability: a server crash loses the commits of its last moments
+  (up to 3 × \`wal_writer_delay\`, 600 ms by default), which the live processes push again;
+  docs/STORES-postgres.md, "Faults".
 - Periodic mode decides locally and sends one push statement per sync (every 100 ms) for the
   keys hit since: its statements per decision fall as the request rate grows.
-- Synchronous mode sends exactly one statement per decision: a prepared statement of scalar
-  parameters for the one window a hit writes and the one it may read back (the previous window,
-  at most once a second per key), instead of the general push's arrays and \`generate_subscripts\`:
-  an upsert of this process's own row and two primary-key lookups for the sums. The table leaves
-  30% of each page free (\`fillfactor = 70\`), so the rewrite of a row (count, seq: not indexed)
-  stays on its page as a HOT update, without a new index entry.
-- RateLimiterPostgres sends one upsert per decision (a fixed window: one row per key), unnamed
-  (parsed and planned every time).
-- Both pay a commit (WAL flush) per statement, which bounds both at 64 and 256 in flight with
-  pools of 10 connections. Ours does more in it: it writes this process's own row (keyed by node,
-  for idempotency) and reads back the sums of the current and previous windows (the sliding
-  window needs both), and each decision also costs the engine's and pg's client work (see the
-  client CPU column). Periodic mode is the one to use on PostgreSQL.
-- Rows "before this change" run the previous commit's code (\`--before\`, its own schema and
+- The hit statement is prepared (named, planned once per connection); so is RateLimiterPostgres's
+  upsert. The table leaves 30% of each page free (\`fillfactor = 70\`), so the rewrite of a row
+  (count, seq: not indexed) stays on its page as a HOT update, without a new index entry; the
+  primary key is the one index, the upsert's arbiter and the sums' range.
+- Rows "before this change" run an earlier commit's code (\`--before\`, its own schema and
   table, migrated by that code), interleaved with the others in the same rounds.
 - The machine is shared with other work, so figures move by tens of percent between runs;
   compare rows of one run.
 
 Run on ${new Date().toISOString().slice(0, 10)}: Node ${process.version}, ${cpus()[0]?.model.trim() ?? 'unknown CPU'} (${cpus().length} cores, shared
 with other work: load average ${loadAtStart.toFixed(1)} at start, ${(loadavg()[0] as number).toFixed(1)} at end), PostgreSQL ${version[0]?.server_version} on
-loopback (the shared test server, fsync and synchronous_commit as configured).
+loopback (the shared test server: fsync on, synchronous_commit ${commitSetting}, wal_sync_method ${syncMethod}).
 
 Command:
 

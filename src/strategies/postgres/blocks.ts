@@ -6,7 +6,7 @@
  */
 import { type BlockWrite, type CounterRow, foldBlockWrites, type WindowRef } from '../../core/strategy.js'
 import { encodeKey, num } from './options.js'
-import { type PushExtension, pushOneSql, pushSql, type TableNames } from './sql.js'
+import { type PushExtension, pushOneSql, pushSql, type SynchronousCommit, type TableNames } from './sql.js'
 
 /**
  * A push that writes blocks, and answers every row with its key's block end (the column
@@ -69,17 +69,21 @@ export function pushReadSql(names: TableNames, small: boolean): string {
 /**
  * A synchronous hit with `readBlocks` that writes no block: {@link pushOneSql} and one index
  * scan of the blocks table for the written key ($4, column `blocked`) and the read one ($8,
- * `read_blocked`); NULL for none.
+ * `read_blocked`); NULL for none. `commit` as in {@link pushOneSql}.
  */
-export function hitReadSql(names: TableNames): string {
-  return pushOneSql(names, {
-    ctes: '',
-    columns: 'b.blocked, b.read_blocked',
-    joins: `, (
+export function hitReadSql(names: TableNames, commit?: SynchronousCommit): string {
+  return pushOneSql(
+    names,
+    {
+      ctes: '',
+      columns: 'b.blocked, b.read_blocked',
+      joins: `, (
   SELECT max(until_ms) FILTER (WHERE key = $4) AS blocked, max(until_ms) FILTER (WHERE key = $8) AS read_blocked
   FROM ${names.blocks} WHERE namespace = $1 AND key IN ($4, $8)
 ) b`,
-  })
+    },
+    commit,
+  )
 }
 
 /**

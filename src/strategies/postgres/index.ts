@@ -7,6 +7,7 @@ import { PostgresStrategy } from './postgres-strategy.js'
 
 export type { PostgresStrategyOptions, PurgeReport } from './options.js'
 export type { PgClientLike, PgPoolLike } from './sessions.js'
+export type { SynchronousCommit } from './sql.js'
 export { PostgresStrategy } from './postgres-strategy.js'
 
 /** Options of {@link createPostgresStrategy}: the strategy's, plus whether to migrate first. */

@@ -2,6 +2,7 @@
 import { ConfigError } from '../../core/errors.js'
 import { hasLoneSurrogate } from '../../core/strategy.js'
 import type { PgPoolLike } from './sessions.js'
+import type { SynchronousCommit } from './sql.js'
 
 /** Options of {@link PostgresStrategy}. Give `pool` or `connectionString`, not both. */
 export interface PostgresStrategyOptions {
@@ -34,6 +35,16 @@ export interface PostgresStrategyOptions {
    * purge rides on the traffic). 0 leaves purging to your calls of `purge()`. @default 60_000
    */
   readonly purgeIntervalMs?: number
+  /**
+   * `synchronous_commit` for the transactions of synchronous hits only (`syncRate: 0`), set by
+   * their own statement: the session's and the server's setting stay as they are. Unset: the
+   * server's. `"off"`: a hit is answered without waiting for its commit's WAL flush, which is
+   * most of a hit's time on a disk that flushes slowly; a server crash (not a client's) then
+   * loses the commits of its last moments (up to 3 × `wal_writer_delay`, 600 ms by default),
+   * which the live processes push again (their `own` came back lower), and never corrupts the
+   * table; blocks are written durably as ever. docs/STORES-postgres.md, "Faults". @default undefined
+   */
+  readonly synchronousCommit?: SynchronousCommit
   /** Called with failures of background work (the automatic purge); the strategy never prints. */
   readonly onError?: (error: Error) => void
 }

@@ -1,8 +1,9 @@
 import pg from 'pg'
 import { ConfigError, StoreError } from '../../core/errors.js'
-import { type CounterRow, currentAndPrevious, type DiffBatch, type Strategy, type WindowPush } from '../../core/strategy.js'
+import { type CounterRow, currentAndPrevious, type DiffBatch, type Strategy } from '../../core/strategy.js'
 import { BUILT_IN_STORES } from '../capabilities.js'
-import { blockedUntil, blockParams, hitReadSql, hitRows, purgeBlocksSql, pushBlocksSql, pushReadSql } from './blocks.js'
+import { blockedUntil, blockParams, hitReadSql, purgeBlocksSql, pushBlocksSql, pushReadSql } from './blocks.js'
+import { HitSender, hitsSql } from './hits.js'
 import { decodeKey, encodeKey, num, type PostgresStrategyOptions, positiveInteger, type PurgeReport } from './options.js'
 import { type PgClientLike, type PgPoolLike, Sessions, type Statement } from './sessions.js'
 import {
@@ -15,6 +16,7 @@ import {
   pushParams,
   pushSql,
   RESET_NODE,
+  SYNCHRONOUS_COMMIT,
   resetSql,
   type TableNames,
   tableNames,
@@ -59,11 +61,10 @@ export class PostgresStrategy implements Strategy {
   private readonly onError: ((error: Error) => void) | undefined
   private readonly push: Statement
   private readonly pushSmall: Statement
-  private readonly pushOneStatement: Statement
   private readonly pushBlocks: Statement
   private readonly pushRead: Statement
   private readonly pushReadSmall: Statement
-  private readonly hitRead: Statement
+  private readonly hits: HitSender
   private readonly purgeBlocks: Statement
   private readonly window: Statement
   private readonly firstPage: Statement
@@ -105,6 +106,12 @@ export class PostgresStrategy implements Strategy {
     if (options.onError !== undefined && typeof options.onError !== 'function')
       throw new ConfigError('INVALID_OPTION', 'postgres: onError must be a function')
     this.onError = options.onError
+    const commit = options.synchronousCommit
+    if (commit !== undefined && !SYNCHRONOUS_COMMIT.includes(commit))
+      throw new ConfigError(
+        'INVALID_OPTION',
+        `postgres: synchronousCommit must be one of ${SYNCHRONOUS_COMMIT.join(', ')}, got ${JSON.stringify(commit)}`,
+      )
     if (pool !== undefined) {
       if (typeof pool !== 'object' || pool === null || typeof pool.connect !== 'function')
         throw new ConfigError('INVALID_OPTION', 'postgres: pool must be a pg.Pool (an object with connect())')
@@ -135,11 +142,27 @@ export class PostgresStrategy implements Strategy {
     const id = bounded(`rl_${schema}_${table}`, 50)
     this.push = { name: `${id}_push`, text: pushSql(this.names) }
     this.pushSmall = { name: `${id}_push1`, text: pushSql(this.names, true) }
-    this.pushOneStatement = { name: `${id}_hit`, text: pushOneSql(this.names) }
     this.pushBlocks = { name: `${id}_pushb`, text: pushBlocksSql(this.names) }
     this.pushRead = { name: `${id}_pushr`, text: pushReadSql(this.names, false) }
     this.pushReadSmall = { name: `${id}_pushr1`, text: pushReadSql(this.names, true) }
-    this.hitRead = { name: `${id}_hitr`, text: hitReadSql(this.names) }
+    // the hits' statements differ with synchronousCommit, and so do their names
+    const sc = commit === undefined ? '' : `_c${SYNCHRONOUS_COMMIT.indexOf(commit)}`
+    const hits = {
+      one: { name: `${id}_hit${sc}`, text: pushOneSql(this.names, undefined, commit) },
+      oneBlocks: { name: `${id}_hitr${sc}`, text: hitReadSql(this.names, commit) },
+      many: { name: `${id}_hits${sc}`, text: hitsSql(this.names, false, commit) },
+      manyBlocks: { name: `${id}_hitsr${sc}`, text: hitsSql(this.names, true, commit) },
+    }
+    // hits past the pool's connections wait in the strategy and go out together (hits.ts)
+    const connections = this.ownPool?.options.max ?? (pool as { options?: { max?: unknown } }).options?.max
+    this.hits = new HitSender(
+      this.sessions,
+      hits,
+      typeof connections === 'number' && connections >= 1 ? connections : 10,
+      this.name,
+      this.queryTimeoutMs,
+      () => this.calls.push++,
+    )
     this.purgeBlocks = { name: `${id}_purgeb`, text: purgeBlocksSql(this.names) }
     this.window = { name: `${id}_window`, text: windowSql(this.names) }
     this.firstPage = { name: `${id}_page0`, text: pageSql(this.names, false) }
@@ -209,38 +232,11 @@ export class PostgresStrategy implements Strategy {
     return rows
   }
 
-  // A synchronous hit (one window written, at most one read): the statement with scalar parameters.
+  // A synchronous hit (one window written, at most one read): alone or with others (hits.ts).
   private async pushOne(batch: DiffBatch, readBlocks: boolean): Promise<CounterRow[]> {
-    const w = batch.windows[0] as WindowPush
-    const r = batch.refresh[0]
-    this.calls.push++
-    const result = await this.sessions.query('pushDiffs', readBlocks ? this.hitRead : this.pushOneStatement, [
-      batch.namespace,
-      batch.nodeId,
-      batch.seq,
-      encodeKey(w.key),
-      w.windowSizeMs,
-      w.windowStartMs,
-      String(w.count),
-      r === undefined ? null : encodeKey(r.key),
-      r?.windowSizeMs ?? null,
-      r?.windowStartMs ?? null,
-    ])
+    const rows = await this.hits.send(batch, readBlocks)
     this.schedulePurge(batch)
-    const row = (result.rows[0] ?? {}) as Record<string, unknown>
-    const written: CounterRow = {
-      key: w.key,
-      windowStartMs: w.windowStartMs,
-      windowSizeMs: w.windowSizeMs,
-      count: num(row.count),
-      own: w.count,
-    }
-    if (readBlocks) return hitRows(written, r, row, batch.nowMs)
-    if (r === undefined) return [written]
-    return [
-      written,
-      { key: r.key, windowStartMs: r.windowStartMs, windowSizeMs: r.windowSizeMs, count: num(row.read_count), own: num(row.read_own) },
-    ]
+    return rows
   }
 
   async *getCounters(namespace: string, windowSizesMs: readonly number[], nowMs: number, nodeId = ''): AsyncIterable<CounterRow> {

@@ -238,9 +238,10 @@ export interface PushExtension {
  * A data-modifying WITH runs to completion whether or not the query reads it.
  *
  * $1 namespace, $2 node id, $3 seq, $4 key, $5 size, $6 start, $7 count (text) of the written
- * window; $8 key, $9 size, $10 start of the read one (NULL: none). `extra` as in {@link pushSql}.
+ * window; $8 key, $9 size, $10 start of the read one (NULL: none). `extra` as in {@link pushSql};
+ * `commit` the option `synchronousCommit` ({@link commitItem}).
  */
-export function pushOneSql(names: TableNames, extra?: PushExtension): string {
+export function pushOneSql(names: TableNames, extra?: PushExtension, commit?: SynchronousCommit): string {
   return `WITH ${extra === undefined || extra.ctes === '' ? '' : `${extra.ctes}, `}up AS (
   INSERT INTO ${names.qualified} AS t (namespace, window_size_ms, window_start_ms, key, node_id, count, seq)
   VALUES ($1, $5, $6, $4, $2, $7::numeric, $3)
@@ -255,7 +256,22 @@ FROM (
   SELECT COALESCE(sum(count), 0)::text AS count, COALESCE(sum(count) FILTER (WHERE node_id = $2), 0)::text AS own
   FROM ${names.qualified}
   WHERE namespace = $1 AND window_size_ms = $9 AND window_start_ms = $10 AND key = $8
-) r${extra?.joins ?? ''}`
+) r${extra?.joins ?? ''}${commitItem(commit)}`
+}
+
+/** The values of the option `synchronousCommit`: those of PostgreSQL's setting. */
+export const SYNCHRONOUS_COMMIT = ['on', 'off', 'local', 'remote_write', 'remote_apply'] as const
+export type SynchronousCommit = (typeof SYNCHRONOUS_COMMIT)[number]
+
+/**
+ * A FROM item that sets `synchronous_commit` for the statement's own transaction
+ * (`set_config(..., true)`: the session and the server keep theirs), or '' for the server's. A
+ * subquery in FROM runs once and, being volatile, is never planned away. A transaction's commit
+ * reads the setting when it commits, after the statement: with 'off' it returns without waiting
+ * for the WAL flush (docs/STORES-postgres.md says what that risks).
+ */
+export function commitItem(commit: SynchronousCommit | undefined): string {
+  return commit === undefined ? '' : `, (SELECT set_config('synchronous_commit', '${commit}', true)) AS sc`
 }
 
 /** One key-window: $1 namespace, $2 size, $3 start, $4 key, $5 node id. */
