@@ -281,10 +281,17 @@ const what = onRedis
 const redisNotes = [
   'On Redis every decision is one script call (EVALSHA) from the service to redis-server, and on this 2-core machine the load',
   'generator, the service, redis-server and other work share the cores, where the bare server has neither the call nor the',
-  "Redis process. Since this change the service's Redis algorithms cork their client's socket for the rest of the tick when",
-  'calls are already in flight (src/algorithms/redis-script.ts), so the calls of one event-loop turn leave in one write, as',
-  "the Redis strategy's do. Before it (a run of the same command just before, with --no-write; load average 3.8 at start, 4.3 at the end): fixed-window-algo 41%",
-  'of the bare server (43% per round, CPU share 34%), sliding-window-algo 43% (43%, 38%); bare node:http 9,170 req/s, p99 25 ms.',
+  "Redis process. Since this change the scripts of one event-loop iteration leave in one socket write: the service's Redis",
+  'algorithms cork their client until setImmediate (src/algorithms/redis-script.ts). They corked until process.nextTick, which',
+  "runs after each HTTP connection's I/O callback, so every request still wrote its own call, and that write was the largest",
+  "item of the service's CPU profile (`node --cpu-prof dist/server/cli.js serve --config <file>` under this load: 21% of all",
+  'samples, 36% of the busy ones, in writeUtf8String, the write of one call to Redis). Also: no ioredis commandTimeout (a timer per',
+  'command; every call is bounded by store.timeout-ms already), one promise per script call instead of a chain, no TYPE per',
+  'check (the WRONGTYPE of the first command stands for it), and the sliding log reads the head of its set instead of ZSCORE,',
+  'prunes only when its oldest member has left the window, and writes no PEXPIRE on a denial. Before it (a run of the same',
+  'command just before, with --no-write; load average 8.38 at start, 10.48 at the end): fixed-window-algo 56% of the bare',
+  'server (46% per round, CPU share 35%, p99 67 ms), sliding-window-algo 43% (41%, 35%, p99 79 ms); bare node:http 6,896',
+  'req/s, p99 41 ms.',
   '',
 ]
 const lines = [

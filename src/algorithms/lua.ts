@@ -15,7 +15,9 @@ import { luaScript } from '../strategies/redis/scripts.js'
 // The fixed window, whose key is derived from its own user, replaces a ZSET in its way (a
 // leftover of the algorithm no longer in use); the sliding log denies a user whose key is a
 // fixed window's counter, without writing, until that counter expires. Neither fails with
-// WRONGTYPE, and neither lets one user reset another's live count.
+// WRONGTYPE, and neither lets one user reset another's live count. The checks learn of another
+// type from the WRONGTYPE error of their first command on the key (redis.pcall), then ask TYPE:
+// no TYPE call on a decision whose key is of the right type (or absent), one command fewer.
 
 const CLOCK = `if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
@@ -43,14 +45,21 @@ export const FIXED_WINDOW_CHECK = luaScript(
     `local key = KEYS[1]
 local cost = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
-local kind = redis.call('TYPE', key).ok
-if kind ~= 'string' and kind ~= 'none' then
-  redis.call('DEL', key)
-end
 if cost > limit then
+  local kind = redis.call('TYPE', key).ok
+  if kind ~= 'string' and kind ~= 'none' then
+    redis.call('DEL', key)
+  end
   return {0, tonumber(redis.call('GET', key)) or 0, redisNow}
 end
-local current = redis.call('INCRBY', key, cost)
+local current = redis.pcall('INCRBY', key, cost)
+if type(current) == 'table' then
+  if redis.call('TYPE', key).ok == 'string' then
+    return current
+  end
+  redis.call('DEL', key)
+  current = redis.call('INCRBY', key, cost)
+end
 if current == cost then
   if ARGV[4] == 's' then
     redis.call('EXPIRE', key, ARGV[3])
@@ -91,35 +100,64 @@ return {tonumber(redis.call('GET', KEYS[1])) or 0, redisNow}
 // never removes it, and it sorts first). The count is ZCARD (without "#cost") plus that sum;
 // pruning subtracts the extra cost of the members it removes, each read once when it leaves.
 // The work per request does not depend on the cost.
+//
+// The state is read from the head of the set (ZRANGE 0 1: "#cost" if present, since it sorts
+// first, and the oldest member), which costs the same whatever the log holds, where ZSCORE of
+// "#cost" scanned a small set's whole listpack. The prune runs only when the oldest member has
+// left the window; `oldest` stays the oldest member when it did not (see retryAt).
 function logState(wrongType: string): string {
   return `local key = KEYS[1]
-local kind = redis.call('TYPE', key).ok
-if kind ~= 'zset' and kind ~= 'none' then
+local head = redis.pcall('ZRANGE', key, 0, 1, 'WITHSCORES')
+if head.err then
+  if redis.call('TYPE', key).ok == 'zset' then
+    return head
+  end
   local pttl = redis.call('PTTL', key)
   if pttl < 0 then pttl = window end
   return ${wrongType}
 end
 local cutoff = now - window
-local extraScore = redis.call('ZSCORE', key, '#cost')
 local extra = 0
 local first = 0
-if extraScore then
-  extra = -tonumber(extraScore) - 1
+local oldest = tonumber(head[2])
+if head[1] == '#cost' then
+  extra = -oldest - 1
   first = 1
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, 0, cutoff)) do
-    local c = string.match(m, ':(%d+)$')
-    if c then extra = extra - (tonumber(c) - 1) end
-  end
+  oldest = tonumber(head[4])
 end
-redis.call('ZREMRANGEBYSCORE', key, 0, cutoff)
+local stored = extra
+local pruned = false
+if oldest and oldest <= cutoff then
+  if first == 1 then
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', key, 0, cutoff)) do
+      local c = string.match(m, ':(%d+)$')
+      if c then extra = extra - (tonumber(c) - 1) end
+    end
+  end
+  redis.call('ZREMRANGEBYSCORE', key, 0, cutoff)
+  pruned = true
+end
 local members = redis.call('ZCARD', key) - first
 `
 }
 
+// "#cost" written only when its sum changed, removed when it fell to 0.
+const STORE_EXTRA = `if extra > 0 then
+  if extra ~= stored then
+    redis.call('ZADD', key, -(extra + 1), '#cost')
+  end
+  first = 1
+elseif first == 1 then
+  redis.call('ZREM', key, '#cost')
+  first = 0
+end
+`
+
 // When the log holds count and a request of cost needs room: the time the request would fit,
-// from the members leaving oldest first. Exact by rank when every member costs 1; otherwise the
-// costs of the oldest 64 are added up, and beyond them the rank bound (each member costs at
-// least 1) gives a time at which the request surely fits.
+// from the members leaving oldest first. Exact by rank when every member costs 1 (the oldest
+// member, read with the state, when the request needs one slot and nothing was pruned);
+// otherwise the costs of the oldest 64 are added up, and beyond them the rank bound (each member
+// costs at least 1) gives a time at which the request surely fits.
 const LOG_RETRY = `local function retryAt(count, cost)
   if cost > limit then return -1 end
   local need = count + cost - limit
@@ -133,6 +171,8 @@ const LOG_RETRY = `local function retryAt(count, cost)
       if freed >= need then return tonumber(walked[i + 1]) + window end
     end
     if rank > members - 1 then rank = members - 1 end
+  elseif rank == 0 and not pruned and oldest then
+    return oldest + window
   end
   local e = redis.call('ZRANGE', key, first + rank, first + rank, 'WITHSCORES')
   if e[2] then return tonumber(e[2]) + window end
@@ -149,7 +189,8 @@ end
  * Sliding log, the seed's script with a cost and the data for Retry-After: prune entries at or
  * before now - window, count, admit iff count + cost <= limit (the seed's count < limit for cost
  * 1) and add one member for the request, PEXPIRE 2 x window, all in one script so two concurrent
- * requests cannot both take the last slot. KEYS[1] the log's key; ARGV nowMs, windowMs, limit,
+ * requests cannot both take the last slot. A denial adds nothing and leaves the expiry alone: it
+ * was set when the newest member was added, so it already outlives every member by a window. KEYS[1] the log's key; ARGV nowMs, windowMs, limit,
  * cost, member, deadline. Returns { allowed, count, retryAtMs or -1, resetAtMs or -1, redisNow }.
  */
 export const SLIDING_LOG_CHECK = luaScript(
@@ -172,14 +213,9 @@ if count + cost <= limit then
   count = count + cost
   allowed = 1
 end
-if extra > 0 then
-  redis.call('ZADD', key, -(extra + 1), '#cost')
-  first = 1
-elseif first == 1 then
-  redis.call('ZREM', key, '#cost')
-  first = 0
+${STORE_EXTRA}if allowed == 1 then
+  redis.call('PEXPIRE', key, window * 2)
 end
-redis.call('PEXPIRE', key, window * 2)
 local retry = -1
 if allowed == 0 then retry = retryAt(count, cost) end
 return {allowed, count, retry, resetAt(), redisNow}
@@ -198,13 +234,7 @@ export const SLIDING_LOG_PEEK = luaScript(
     `local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
-${logState('{limit, now + pttl, now + pttl, redisNow}')}${LOG_RETRY}if extra > 0 then
-  redis.call('ZADD', key, -(extra + 1), '#cost')
-elseif first == 1 then
-  redis.call('ZREM', key, '#cost')
-  first = 0
-end
-local count = members + extra
+${logState('{limit, now + pttl, now + pttl, redisNow}')}${LOG_RETRY}${STORE_EXTRA}local count = members + extra
 local retry = -1
 if count + 1 > limit then retry = retryAt(count, 1) end
 return {count, retry, resetAt(), redisNow}

@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks'
 import { StoreError } from '../core/errors.js'
-import { withTimeout } from '../core/timeout.js'
+import { deadline } from '../core/timeout.js'
 import { corkable, evalScript, type LuaScript, redisError } from '../strategies/redis/scripts.js'
 import type { RedisScriptClient } from './types.js'
 
@@ -41,49 +41,41 @@ class RedisClockOffset {
   }
 }
 
-const offsets = new WeakMap<RedisScriptClient, RedisClockOffset>()
-
-/** Script calls of one client sent and not answered yet, and whether its sockets are corked. */
-interface Writes {
-  inFlight: number
+/** What the scripts keep per client: Redis's clock, and whether its sockets are held. */
+interface ClientState {
+  readonly offset: RedisClockOffset
   corked: boolean
 }
 
-const writes = new WeakMap<RedisScriptClient, Writes>()
+const states = new WeakMap<RedisScriptClient, ClientState>()
 
-// Counts a call going out on `client`. With calls already waiting for replies (many requests in
-// flight), holds this tick's writes and sends them as one socket write on the next tick: one
-// syscall (and one read in Redis) for every call the requests of one event-loop turn make,
-// instead of one each, as the Redis strategy does. A lone call is written at once.
-function sending(client: RedisScriptClient): Writes {
-  let state = writes.get(client)
+function stateOf(client: RedisScriptClient): ClientState {
+  let state = states.get(client)
   if (state === undefined) {
-    state = { inFlight: 0, corked: false }
-    writes.set(client, state)
+    state = { offset: new RedisClockOffset(), corked: false }
+    states.set(client, state)
   }
-  if (state.inFlight > 0 && !state.corked) {
-    const streams = corkable(client)
-    if (streams.length > 0) {
-      const held = state
-      for (const stream of streams) stream.cork()
-      held.corked = true
-      process.nextTick(() => {
-        held.corked = false
-        for (const stream of streams) stream.uncork()
-      })
-    }
-  }
-  state.inFlight++
   return state
 }
 
-function offsetOf(client: RedisScriptClient): RedisClockOffset {
-  let offset = offsets.get(client)
-  if (offset === undefined) {
-    offset = new RedisClockOffset()
-    offsets.set(client, offset)
-  }
-  return offset
+// Holds the client's socket writes until the end of this event-loop iteration and sends them as
+// one write. The requests of one iteration arrive each in its own I/O callback (one per HTTP
+// connection), and a callback's process.nextTick runs before the next callback: corking for the
+// tick wrote one call per request, and that write syscall (a loopback TCP send, which runs
+// Redis's side of the delivery too) was the largest item of the service's CPU profile (see
+// docs/BENCHMARKS-service.md). setImmediate runs after every I/O callback of the poll phase, so
+// all of them share one write (and one read in Redis). A lone call waits only for the rest of its
+// own iteration: nothing else is queued.
+function hold(client: RedisScriptClient, state: ClientState): void {
+  if (state.corked) return
+  const streams = corkable(client)
+  if (streams.length === 0) return
+  for (const stream of streams) stream.cork()
+  state.corked = true
+  setImmediate(() => {
+    state.corked = false
+    for (const stream of streams) stream.uncork()
+  })
 }
 
 /**
@@ -92,8 +84,12 @@ function offsetOf(client: RedisScriptClient): RedisClockOffset {
  * if it only gets to run it after the caller gave up. Resolves with the reply's numbers without
  * Redis's time (which the offset learns from): at least `length` of them. Failures reject with a {@link StoreError}
  * (`STORE_UNAVAILABLE`, `STORE_TIMEOUT` or `STORE_ERROR`).
+ *
+ * One promise of its own, settled in the reaction to the driver's reply (the deadline is an
+ * entry in core/timeout.ts's shared queue): a decision waits on two promise reactions between
+ * the reply and the algorithm's answer, not a chain of wrappers.
  */
-export async function runScript(
+export function runScript(
   client: RedisScriptClient,
   script: LuaScript,
   keys: readonly string[],
@@ -102,18 +98,41 @@ export async function runScript(
   what: string,
   length: number,
 ): Promise<number[]> {
-  const offset = offsetOf(client)
+  const state = stateOf(client)
+  const offset = state.offset
   const sentAtMs = performance.now()
-  let reply: unknown
-  const state = sending(client)
-  try {
-    const call = evalScript(client, script, keys.length, [...keys, ...args, offset.deadline(sentAtMs, timeoutMs)], (r) => r)
-    reply = await withTimeout(call, timeoutMs, 'redis', 'script')
-  } catch (err) {
-    throw redisError(err)
-  } finally {
-    state.inFlight--
-  }
+  const keysAndArgs: (string | number)[] = [...keys, ...args, offset.deadline(sentAtMs, timeoutMs)]
+  return new Promise<number[]>((resolve, reject) => {
+    let late = false
+    const bound = deadline(timeoutMs, 'redis', 'script', (err) => {
+      late = true
+      reject(err)
+    })
+    const answered = (reply: unknown): void => {
+      bound.settle()
+      // a reply after the timeout: the caller has its answer; nor is its round trip worth a sample
+      if (late) return
+      try {
+        resolve(numbersOf(reply, offset, sentAtMs, what, length))
+      } catch (err) {
+        reject(err)
+      }
+    }
+    const failed = (err: unknown): void => {
+      bound.settle()
+      reject(redisError(err))
+    }
+    hold(client, state)
+    try {
+      void evalScript(client, script, keys.length, keysAndArgs, answered, failed)
+    } catch (err) {
+      failed(err)
+    }
+  })
+}
+
+// The reply's numbers without Redis's time, which the offset learns from.
+function numbersOf(reply: unknown, offset: RedisClockOffset, sentAtMs: number, what: string, length: number): number[] {
   if (!Array.isArray(reply) || reply.length < 2 || (reply.length < length + 1 && Number(reply[0]) !== -1))
     throw new StoreError('STORE_ERROR', 'redis', `${what}: unexpected reply ${String(reply)}`)
   const numbers = reply.map((v) => Number(v))

@@ -124,7 +124,10 @@ async function connectRedis(store: StoreConfig, onError: (err: Error) => void): 
     enableOfflineQueue: false,
     maxRetriesPerRequest: 1,
     connectTimeout: Math.max(store.timeoutMs, 1000),
-    commandTimeout: store.timeoutMs,
+    // no commandTimeout: every call the service makes is already bounded by store.timeout-ms
+    // (the algorithms' scripts, the counter engine's store calls, overrides, PING and QUIT, each
+    // through core/timeout.ts, one shared timer per timeout), and ioredis would set and clear a
+    // timer of its own per command on the decision path
     retryStrategy: (times: number) => Math.min(100 * times, 2000),
     lazyConnect: true,
   }

@@ -201,10 +201,13 @@ describe('seed algorithms on Redis', { timeout: 60_000 }, () => {
       clock.advance(Math.floor(random() * 700))
       const cost = random() < 0.8 ? 1 : 1 + Math.floor(random() * 8)
       const user = random() < 0.7 ? 'diff-a' : 'diff-b'
+      const peek = random() < 0.3
       for (const [name, memory, onRedis] of pairs) {
         const expected = await memory.check(user, cost)
         const actual = await onRedis.check(user, cost)
         assert.deepEqual(actual, expected, `${name}, step ${step}, cost ${cost}`)
+        // a read in between: the same answer, and it changes neither count
+        if (peek) assert.deepEqual(await onRedis.peek(user), await memory.peek(user), `${name}, step ${step}, peek`)
       }
     }
   })
