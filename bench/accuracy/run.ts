@@ -8,6 +8,7 @@
  *   npm run bench:accuracy                 # print
  *   npm run bench:accuracy -- --write      # print and update docs/ACCURACY.md
  *   npm run bench:accuracy -- --quick      # shorter traces, for a look
+ *   npm run bench:accuracy -- --jobs 1     # one cell at a time (default: one per CPU)
  *
  * The replay itself (the fleet, the truth, the metrics) is src/simulate's, which
  * `ratelimiting simulate` runs on a user's log.
@@ -16,12 +17,16 @@ import { readFileSync, writeFileSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { type ProfileName, syntheticTrace } from '../../src/simulate/profiles.js'
-import { availableAlgorithms, gridCells, runGrid } from '../../src/simulate/replay.js'
+import { runGridParallel } from '../../src/simulate/parallel.js'
+import { availableAlgorithms, gridCells } from '../../src/simulate/replay.js'
 import { markdownTable, resultRows } from '../../src/simulate/report.js'
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
-const args = new Set(process.argv.slice(2))
+const argv = process.argv.slice(2)
+const args = new Set(argv)
 const quick = args.has('--quick')
+const jobsAt = argv.indexOf('--jobs')
+const jobs = jobsAt >= 0 ? Number(argv[jobsAt + 1]) : undefined
 const LIMIT = 100
 const WINDOW = 60
 const NODES = [1, 8]
@@ -82,11 +87,13 @@ for (const c of CASES) {
     ...(c.keys ? { keys: c.keys } : {}),
   })
   const t0 = performance.now()
-  const results = await runGrid(trace, gridCells(availableAlgorithms(), NODES, SYNC_RATES), {
-    limit: LIMIT,
-    windowSec: WINDOW,
-    countDenied: c.countDenied,
-  })
+  // the cells of a trace on worker threads, one per CPU (--jobs N to change; the figures are alike)
+  const results = await runGridParallel(
+    trace,
+    gridCells(availableAlgorithms(), NODES, SYNC_RATES),
+    { limit: LIMIT, windowSec: WINDOW, countDenied: c.countDenied },
+    jobs === undefined ? {} : { jobs },
+  )
   const heading = `### ${c.title}\n\n${trace.length} hits over ${c.durationSec} s (profile \`${c.profile}\`, ${c.countDenied ? 'denied hits count' : 'denied hits do not count'}; replayed in ${((performance.now() - t0) / 1000).toFixed(1)} s)`
   const section = `${heading}\n\n${markdownTable(resultRows(results))}\n`
   console.log(`${section}`)

@@ -3,7 +3,8 @@ import { parseArgs } from 'node:util'
 import { ConfigError } from '../core/errors.js'
 import { PROFILE_NAMES, type ProfileName, syntheticTrace } from './profiles.js'
 import { EmptyLogError, LOG_FORMATS, type LogFormat, type LogRead, readLog } from './readers.js'
-import { algorithmEntry, availableAlgorithms, gridCells, runGrid } from './replay.js'
+import { defaultJobs, runGridParallel } from './parallel.js'
+import { algorithmEntry, availableAlgorithms, gridCells } from './replay.js'
 import { formatTable, jsonReport, type RunInfo } from './report.js'
 import { htmlReport, MissingChartLibraryError } from './report-html.js'
 import { hottestKey, type Trace, traceSeconds } from './trace.js'
@@ -25,6 +26,7 @@ export const SIMULATE_USAGE = `  simulate [FILE]         replay an access log (o
     --time-field F --key-field F   JSON lines and CSV fields (combined: --key-field ip|user)
     --profile P               ${PROFILE_NAMES.join('|')} instead of FILE (--keys, --duration, --seed)
     --assign round-robin|random   --count-denied true|false   --tolerance 1.1
+    --jobs N                  cells replayed at once, on worker threads (default: the CPUs, ${defaultJobs()})
     --json FILE|-  --html FILE
 `
 
@@ -80,6 +82,7 @@ function parse(argv: readonly string[]) {
       assign: { type: 'string' },
       'count-denied': { type: 'string' },
       tolerance: { type: 'string' },
+      jobs: { type: 'string', short: 'j' },
       json: { type: 'string' },
       html: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
@@ -180,6 +183,7 @@ async function simulate(argv: readonly string[], io: SimulateIo): Promise<number
     throw new UsageError(`--count-denied must be true or false, got ${JSON.stringify(countDeniedText)}`)
   const tolerance = positive('tolerance', values.tolerance) ?? 1.1
   const seed = positive('seed', values.seed, true) ?? 1
+  const jobs = positive('jobs', values.jobs, true) ?? defaultJobs()
   if (values.format !== undefined && !LOG_FORMATS.includes(values.format as LogFormat))
     throw new UsageError(`--format must be one of ${LOG_FORMATS.join(', ')}, got ${JSON.stringify(values.format)}`)
 
@@ -211,11 +215,11 @@ async function simulate(argv: readonly string[], io: SimulateIo): Promise<number
   const hottest = hottestKey(trace)
   const started = performance.now()
   const cells = gridCells(algorithms, nodes, syncRates)
-  const results = await runGrid(
+  const results = await runGridParallel(
     trace,
     cells,
     { limit, windowSec, countDenied: countDeniedText === 'true', assign, seed, track: hottest },
-    bar,
+    { jobs, progress: bar },
   )
   bar.end()
   const info: RunInfo = {

@@ -7,9 +7,9 @@ import { type FakeClock, type Limiter, type NamespaceOptions, RateLimiting, type
  * sync").
  *
  * Keys never interact in the engine's decisions, so the fleet is split by key into *shards* of a
- * few keys, each shard with its own N `RateLimiting` instances (one per process, `nodeId`
- * `s<shard>-n<node>`) over the one shared store. A sync (`rl.sync()`) then visits a shard's few
- * keys, not every key of the trace, and only the shards that need it sync:
+ * few keys, each shard a namespace of its own (`s<shard>`, `nodeId` `s<shard>-n<node>`) in each
+ * process, over a store of its own. A sync (`rl.sync(namespace)`) then visits a shard's few keys,
+ * not every key of the trace, and only the shards that need it sync:
  *
  * - at each sync instant, every process with unsynced hits in a shard pushes them (writes, and
  *   reads back what the store holds at that moment);
@@ -25,6 +25,12 @@ import { type FakeClock, type Limiter, type NamespaceOptions, RateLimiting, type
  * With `eagerReads` every process that holds keys of a shard syncs it at every instant, hit or
  * not: for views that depend on the sync history and not only on the counts (the predictive
  * estimator), at the price of time.
+ *
+ * What a shard costs: a process's namespace of a shard is made when that process first hits it
+ * (a key hit by 2 of 16 processes makes 2), and a process's namespaces live in a few
+ * RateLimiting instances of {@link SHARDS_PER_INSTANCE} namespaces each, which share one counter
+ * dict: thousands of keys at once cost a namespace each per process, not an instance and a dict
+ * each (a 16-process cell of 5,000 keys took 1.3 GB that way, 0.7 GB this way).
  */
 export interface FleetOptions {
   readonly limit: number
@@ -33,30 +39,48 @@ export interface FleetOptions {
   /** Seconds between syncs, > 0. */
   readonly syncRate: number
   readonly countDenied: boolean
-  /** The one store every process of every shard syncs with. */
-  readonly strategy: Strategy
+  /**
+   * Makes the store of one shard, which its N processes sync with. Keys never interact, so a
+   * store per shard answers exactly what one store shared by every shard would, and each call
+   * looks up a handful of stored windows instead of every key's.
+   */
+  readonly strategy: () => Strategy
   readonly clock: FakeClock
   /**
    * Keys per shard: 1 is the fastest (a sync visits one key); more keys per shard make fewer
-   * RateLimiting instances (N per shard in use) for a trace with very many keys at once. @default 1
+   * namespaces (one per shard in use and process) for a trace with very many keys at once, and
+   * change the answers a little (a sync of one key then pushes and reads its shard's others too).
+   * @default 1
    */
   readonly shardSize?: number
+  /** Shards per RateLimiting instance of a process (see above); any count answers alike. @default {@link SHARDS_PER_INSTANCE} */
+  readonly shardsPerInstance?: number
   /** Sync every held shard at every instant (see above). @default false */
   readonly eagerReads?: boolean
   /** More namespace options for every process (such as the predictive estimator's). */
   readonly namespaceOptions?: Readonly<Record<string, unknown>>
 }
 
-const NS = 'sim'
+/**
+ * Namespaces (shards) per RateLimiting instance of one process: a counter dict numbers its
+ * tables in 16 bits, one table per namespace here.
+ */
+export const SHARDS_PER_INSTANCE = 4096
+// Key-windows a shard's namespace may hold: its keys, and those of its last use until a sync
+// releases them (a handful); a shared dict holds this many per namespace, never evicting.
+const KEYS_PER_SHARD = 64
 
 interface Member {
   readonly rl: RateLimiting
+  readonly namespace: string
   readonly limiter: Limiter
 }
 
 class Shard {
   readonly id: number
-  readonly members: Member[]
+  readonly store: Strategy
+  /** Each process's namespace of this shard, made on its first hit here. */
+  readonly members: (Member | undefined)[]
   /** Pushes to this shard so far. */
   version = 0
   /** The version each process last synced at; -1 while it holds nothing here. */
@@ -67,11 +91,12 @@ class Shard {
   lastHitMs = 0
   inUse = false
 
-  constructor(id: number, members: Member[]) {
+  constructor(id: number, nodes: number, store: Strategy) {
     this.id = id
-    this.members = members
-    this.synced = new Float64Array(members.length).fill(-1)
-    this.pending = new Uint8Array(members.length)
+    this.store = store
+    this.members = new Array<Member | undefined>(nodes)
+    this.synced = new Float64Array(nodes).fill(-1)
+    this.pending = new Uint8Array(nodes)
   }
 }
 
@@ -82,7 +107,6 @@ export class CounterFleet {
   private readonly syncMs: number
   private readonly windowMs: number
   private readonly shardSize: number
-  private readonly store: Strategy
   private readonly keyShard: Int32Array
   private readonly shards: Shard[] = []
   private readonly free: Shard[] = []
@@ -99,6 +123,14 @@ export class CounterFleet {
   private readonly keyPending: Uint8Array
   private keyPendingList: number[] = []
   private rowsWritten = 0
+  // per process: its RateLimiting instances, each holding SHARDS_PER_INSTANCE shards' namespaces
+  private readonly instances: (RateLimiting | undefined)[][]
+  /** The last {@link hit}'s decision. */
+  allowed = false
+  /** The rate the last {@link hit} decided on, before the hit. */
+  rateBefore = 0
+  /** Whether the last {@link hit} counted (allowed, or denied with countDenied). */
+  counted = false
 
   constructor(options: FleetOptions, keyCount: number) {
     this.options = options
@@ -106,15 +138,20 @@ export class CounterFleet {
     this.syncMs = options.syncRate * 1000
     this.windowMs = Math.round(options.windowSec * 1000)
     this.shardSize = options.shardSize ?? 1
-    this.store = options.strategy
     this.keyShard = new Int32Array(keyCount).fill(-1)
     this.writeRounds = new Float64Array(options.nodes)
     this.holdMs = new Float64Array(options.nodes)
     this.holdEnd = new Float64Array(options.nodes).fill(Number.NEGATIVE_INFINITY)
     this.keyPending = new Uint8Array(keyCount * options.nodes)
+    this.instances = Array.from({ length: options.nodes }, () => [])
   }
 
-  /** Runs every sync instant up to `t` (inclusive); call before deciding the hits at `t`. */
+  /** Whether {@link advanceTo} has anything to do at `t`: a sync instant or a release is due. */
+  due(t: number): boolean {
+    return !(this.nextRoundMs > t) || t >= this.nextReleaseMs
+  }
+
+  /** Runs every sync instant up to `t` (inclusive); call before deciding the hits at `t` when {@link due}. */
   async advanceTo(t: number): Promise<void> {
     if (this.nextRoundMs !== this.nextRoundMs) this.nextRoundMs = (Math.floor(t / this.syncMs) + 1) * this.syncMs
     while (this.nextRoundMs <= t) {
@@ -132,20 +169,38 @@ export class CounterFleet {
   }
 
   /**
-   * Decides one hit of `key` (named `name`) by process `node` at `t` (the fake clock's time),
-   * syncing first when its view of the key's shard is behind the store. Answers the decision's
-   * `allowed` and the rate it decided on (before the hit).
+   * Whether process `node`'s view of `key`'s shard is behind the store: it holds keys there and
+   * another process pushed since its last sync. Then {@link catchUp} before {@link hit}.
    */
-  async hit(node: number, key: number, name: string, t: number): Promise<{ allowed: boolean; rateBefore: number; counted: boolean }> {
+  isBehind(node: number, key: number): boolean {
     const shard = this.shardOf(key)
     const synced = shard.synced[node] as number
-    if (synced >= 0 && synced !== shard.version) {
-      await (shard.members[node] as Member).rl.sync(NS)
-      shard.synced[node] = shard.version
-    }
-    const d = (shard.members[node] as Member).limiter.hit(name)
+    return synced >= 0 && synced !== shard.version
+  }
+
+  /** Syncs process `node` with the store for `key`'s shard (see {@link isBehind}). */
+  async catchUp(node: number, key: number): Promise<void> {
+    const shard = this.shardOf(key)
+    const m = shard.members[node] as Member
+    await m.rl.sync(m.namespace)
+    shard.synced[node] = shard.version
+  }
+
+  /**
+   * Decides one hit of `key` (named `name`) by process `node` at `t` (the fake clock's time), on
+   * its view as it is: call {@link catchUp} first when {@link isBehind}. The decision is left in
+   * {@link allowed}, {@link rateBefore} (the rate it decided on, before the hit) and
+   * {@link counted}: synchronous, with no object per hit.
+   */
+  hit(node: number, key: number, name: string, t: number): void {
+    const shard = this.shardOf(key)
+    const synced = shard.synced[node] as number
+    const d = (shard.members[node] ?? this.join(shard, node)).limiter.hit(name)
     if (d instanceof Promise) throw new Error('a periodic namespace decides synchronously')
     const counted = d.allowed || (this.options.countDenied && 1 <= this.options.limit)
+    this.allowed = d.allowed
+    this.counted = counted
+    this.rateBefore = counted ? d.rate - 1 : d.rate
     shard.lastHitMs = t
     const slot = key * this.nodes + node
     if (this.keyPending[slot] === 0) {
@@ -162,7 +217,6 @@ export class CounterFleet {
     const end = this.holdEnd[node] as number
     this.holdMs[node] = (this.holdMs[node] as number) + (t > end ? 2 * this.windowMs : holdUntil - end)
     this.holdEnd[node] = holdUntil
-    return { allowed: d.allowed, rateBefore: counted ? d.rate - 1 : d.rate, counted }
   }
 
   /** Pushes what is left, then the store load: sync calls and key-windows written per second. */
@@ -175,7 +229,8 @@ export class CounterFleet {
       // a sync with writes is two calls (the writes, then the read after the settle time)
       calls += 2 * writes + Math.max(0, held - writes)
     }
-    for (const shard of this.shards) for (const m of shard.members) await m.rl.close()
+    // sparse: a process has an instance only for the groups of shards it hit
+    for (const own of this.instances) for (const rl of own) await rl?.close()
     const seconds = Math.max(durationSec, this.options.syncRate)
     return { callsPerSec: calls / seconds, rowsPerSec: this.rowsWritten / seconds }
   }
@@ -199,7 +254,10 @@ export class CounterFleet {
       const node = nodes[i] as number
       // a single process never reads what it pushed: its view is its own counts, so its pushes
       // are counted but not sent
-      if (this.nodes > 1) await (shard.members[node] as Member).rl.sync(NS)
+      if (this.nodes > 1) {
+        const m = shard.members[node] as Member
+        await m.rl.sync(m.namespace)
+      }
       shard.pending[node] = 0
       shard.version++
       shard.synced[node] = shard.version
@@ -211,7 +269,8 @@ export class CounterFleet {
         if (!shard.inUse) continue
         for (let n = 0; n < this.nodes; n++) {
           if ((shard.synced[n] as number) < 0) continue
-          await (shard.members[n] as Member).rl.sync(NS)
+          const m = shard.members[n] as Member
+          await m.rl.sync(m.namespace)
           shard.synced[n] = shard.version
         }
       }
@@ -234,28 +293,37 @@ export class CounterFleet {
   }
 
   private newShard(): Shard {
-    const id = this.shards.length
-    const { limit, windowSec, syncRate, clock, countDenied, namespaceOptions } = this.options
-    const members: Member[] = []
-    for (let n = 0; n < this.nodes; n++) {
-      const rl = RateLimiting.newInstance(`simulate-s${id}-n${n}`)
-      rl.new({
-        ...(namespaceOptions as Partial<NamespaceOptions>),
-        namespace: NS,
-        windowSizes: [windowSec],
-        syncRate,
-        autoSync: false,
-        strategy: this.store,
-        clock: clock.now,
-        nodeId: `s${id}-n${n}`,
-        // a shard's keys, and those of its last use until a sync releases them
-        maxKeys: Math.max(64, this.shardSize * 8),
-      })
-      members.push({ rl, limiter: rl.limiter({ namespace: NS, limits: [{ limit, window: windowSec }], countDenied }) })
-    }
-    const shard = new Shard(id, members)
+    const shard = new Shard(this.shards.length, this.nodes, this.options.strategy())
     this.shards.push(shard)
     return shard
+  }
+
+  // Process `node`'s namespace of `shard`, made on its first hit there.
+  private join(shard: Shard, node: number): Member {
+    const { limit, windowSec, syncRate, clock, countDenied, namespaceOptions } = this.options
+    const own = this.instances[node] as (RateLimiting | undefined)[]
+    const perInstance = this.options.shardsPerInstance ?? SHARDS_PER_INSTANCE
+    const at = Math.floor(shard.id / perInstance)
+    let rl = own[at]
+    if (rl === undefined) {
+      rl = RateLimiting.newInstance(`simulate-n${node}-${at}`)
+      own[at] = rl
+    }
+    const namespace = `s${shard.id}`
+    rl.new({
+      ...(namespaceOptions as Partial<NamespaceOptions>),
+      namespace,
+      windowSizes: [windowSec],
+      syncRate,
+      autoSync: false,
+      strategy: shard.store,
+      clock: clock.now,
+      nodeId: `s${shard.id}-n${node}`,
+      maxKeys: perInstance * Math.max(KEYS_PER_SHARD, this.shardSize * 8),
+    })
+    const member = { rl, namespace, limiter: rl.limiter({ namespace, limits: [{ limit, window: windowSec }], countDenied }) }
+    shard.members[node] = member
+    return member
   }
 
   // Shards whose keys have all been idle for two windows and a sync hold no count any view can

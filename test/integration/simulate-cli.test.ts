@@ -89,7 +89,7 @@ describe('log readers', () => {
 })
 
 describe('ratelimiting simulate', () => {
-  it('replays a log and prints the table, the bad line and a recommendation', async () => {
+  it('replays a log (two cells at a time, on worker threads) and prints the table, the bad line and a recommendation', async () => {
     const lines: string[] = []
     for (let s = 0; s < 300; s++)
       for (const ip of ['10.0.0.1', '10.0.0.2']) {
@@ -114,6 +114,8 @@ describe('ratelimiting simulate', () => {
       json,
       '--algorithms',
       'sliding-log,counter',
+      '--jobs',
+      '2',
     ])
     assert.equal(r.code, 0, r.stderr)
     assert.match(r.stdout, /600 requests, 2 keys/)
@@ -168,6 +170,9 @@ describe('ratelimiting simulate', () => {
     const badNodes = await run([file('two.log', combined), '--limit', '10', '--window', '60', '--nodes', '1,x'])
     assert.equal(badNodes.code, 2)
     assert.match(badNodes.stderr, /--nodes must be a comma-separated list of positive integers, got "1,x"/)
+    const badJobs = await run(['--profile', 'steady', '--limit', '10', '--window', '60', '--jobs', '0'])
+    assert.equal(badJobs.code, 2)
+    assert.match(badJobs.stderr, /--jobs must be a positive integer, got "0"/)
     const unknown = await run(['--profile', 'steady', '--limit', '10', '--window', '60', '--algorithms', 'leaky'])
     assert.equal(unknown.code, 2)
     assert.match(unknown.stderr, /algorithm must be one of fixed-window, sliding-log, counter, counter-predict, got "leaky"/)

@@ -2,10 +2,13 @@
  * The simulator's core (src/simulate): the exact-log truth, the synthetic traces, and the grid's
  * answers on small synthetic traces, which must show what the algorithms are known to do: the
  * sliding log never over-admits, a fixed window lets a boundary burst reach twice the limit, and
- * the counter's over-admission grows with the processes and the time between syncs.
+ * the counter's over-admission grows with the processes and the time between syncs. The ways the
+ * replay is made faster (worker threads, a process's shards packed into shared instances) must
+ * not change one figure.
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
+import { runGridParallel } from '../../src/simulate/parallel.js'
 import { syntheticTrace } from '../../src/simulate/profiles.js'
 import { ALGORITHMS, availableAlgorithms, type CellResult, gridCells, runCell, runGrid } from '../../src/simulate/replay.js'
 import { recommend } from '../../src/simulate/report.js'
@@ -108,6 +111,33 @@ describe('the grid on synthetic traces', () => {
       recs.map((r) => r.syncRate),
       [2, 2],
     )
+  })
+
+  it('cells replayed on worker threads answer exactly what one thread does, in the same order', async () => {
+    const trace = syntheticTrace({ profile: 'poisson', limit: 20, windowSec: 10, durationSec: 60, keys: 40 })
+    const cells = gridCells([entry('fixed-window'), entry('sliding-log'), entry('counter')], [1, 4], [0.1, 2])
+    const withTrack = { ...setup, track: hottestKey(trace) }
+    const figures = (results: CellResult[]) => results.map(({ replayMs: _ms, ...rest }) => rest)
+    const one = await runGrid(trace, cells, withTrack)
+    const seen: number[] = []
+    const two = await runGridParallel(trace, cells, withTrack, { jobs: 2, progress: (done, total) => seen.push(done / total) })
+    assert.deepEqual(figures(two), figures(one))
+    assert.ok(one[2]?.series !== undefined && one[2].series.t.length > 0)
+    assert.deepEqual(
+      seen.filter((s, i) => i > 0 && s < (seen[i - 1] as number)),
+      [],
+      'progress never goes back',
+    )
+    assert.equal(seen.at(-1), 1)
+  })
+
+  it("a process's shards answer alike whether each is an instance of its own or many share one", async () => {
+    const trace = syntheticTrace({ profile: 'poisson', limit: 20, windowSec: 10, durationSec: 60, keys: 40 })
+    const cell = { algorithm: entry('counter'), nodes: 4, syncRate: 0.5 }
+    const figures = ({ replayMs: _ms, ...rest }: CellResult) => rest
+    const packed = await runCell(trace, cell, setup)
+    const apart = await runCell(trace, cell, { ...setup, shardsPerInstance: 1 })
+    assert.deepEqual(figures(apart), figures(packed))
   })
 
   it('the counter with prediction is listed only when the engine accepts its option', () => {
