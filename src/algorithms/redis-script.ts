@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks'
 import { StoreError } from '../core/errors.js'
 import { deadline } from '../core/timeout.js'
-import { corkable, evalScript, type LuaScript, redisError } from '../strategies/redis/scripts.js'
+import { evalScript, holdWrites, type LuaScript, redisError } from '../strategies/redis/scripts.js'
 import type { RedisScriptClient } from './types.js'
 
 // How much earlier than the caller's timeout a script's deadline falls on Redis's clock: the time
@@ -59,22 +59,15 @@ function stateOf(client: RedisScriptClient): ClientState {
 }
 
 // Holds the client's socket writes until the end of this event-loop iteration and sends them as
-// one write. The requests of one iteration arrive each in its own I/O callback (one per HTTP
-// connection), and a callback's process.nextTick runs before the next callback: corking for the
-// tick wrote one call per request, and that write syscall (a loopback TCP send, which runs
-// Redis's side of the delivery too) was the largest item of the service's CPU profile (see
-// docs/BENCHMARKS-service.md). setImmediate runs after every I/O callback of the poll phase, so
-// all of them share one write (and one read in Redis). A lone call waits only for the rest of its
-// own iteration: nothing else is queued.
+// one write (holdWrites). The requests of one iteration arrive each in its own I/O callback (one
+// per HTTP connection): corking for the tick wrote one call per request, and that write syscall
+// (a loopback TCP send, which runs Redis's side of the delivery too) was the largest item of the
+// service's CPU profile (see docs/BENCHMARKS-service.md). A lone call waits only for the rest of
+// its own iteration.
 function hold(client: RedisScriptClient, state: ClientState): void {
   if (state.corked) return
-  const streams = corkable(client)
-  if (streams.length === 0) return
-  for (const stream of streams) stream.cork()
-  state.corked = true
-  setImmediate(() => {
+  state.corked = holdWrites(client, () => {
     state.corked = false
-    for (const stream of streams) stream.uncork()
   })
 }
 

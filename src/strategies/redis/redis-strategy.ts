@@ -19,7 +19,7 @@ import { checkCount, oneKeyArgs, oneWriteArgs, replyParts, soleKey } from './one
 import { PUSH, RESET, SYNC_PUSH } from './lua.js'
 import { type RedisClientLike, type RedisCommands, type RedisStrategyOptions, resolveRedisOptions } from './options.js'
 import { scanNamespace } from './scan.js'
-import { corkable, evalScript, type LuaScript, redisError } from './scripts.js'
+import { evalScript, holdWrites, type LuaScript, redisError } from './scripts.js'
 
 /**
  * The Redis store, for a single node or a Redis Cluster, over ioredis.
@@ -291,18 +291,14 @@ export class RedisStrategy implements Strategy {
     )
   }
 
-  // With calls already waiting for replies (many hits in flight), holds this tick's writes and
-  // sends them as one socket write on the next tick: one syscall (and one read in Redis) for
-  // every call a batch of replies set off, instead of one each. A lone call is written at once.
-  // On a cluster client, every master's connection is held the same way.
+  // With calls already waiting for replies (many hits in flight), holds the writes until the end
+  // of this event-loop iteration and sends them as one socket write (holdWrites): one syscall
+  // (and one read in Redis) for every call the iteration's I/O callbacks set off (a batch of
+  // replies, or the requests of many HTTP connections), instead of one each. A lone call is
+  // written at once. On a cluster client, every master's connection is held the same way.
   private cork(): void {
-    const streams = corkable(this.client)
-    if (streams.length === 0) return
-    for (const stream of streams) stream.cork()
-    this.corked = true
-    process.nextTick(() => {
+    this.corked = holdWrites(this.client, () => {
       this.corked = false
-      for (const stream of streams) stream.uncork()
     })
   }
 

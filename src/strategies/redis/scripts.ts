@@ -4,6 +4,7 @@
  * the driver threw into a {@link StoreError}.
  */
 import { createHash } from 'node:crypto'
+import timers from 'node:timers'
 import { StoreError } from '../../core/errors.js'
 
 /** A Lua script with its SHA1, as EVALSHA wants it; computed once, when the module loads. */
@@ -85,4 +86,29 @@ export function corkable(client: object): Corkable[] {
     if (c.status === 'ready' && typeof stream?.cork === 'function' && typeof stream.uncork === 'function') out.push(stream as Corkable)
   }
   return out
+}
+
+// node:timers' own setImmediate, taken when this module loads: a fake-timer library installed
+// later (sinon, Jest, node:test's mock.timers) replaces the global, not this reference, so writes
+// held by holdWrites() are released whatever a test suite fakes
+// (test/integration/redis-fake-timers.test.ts).
+const realSetImmediate: typeof setImmediate = timers.setImmediate
+
+/**
+ * Corks `client`'s ready sockets until the end of this event-loop iteration and sends what they
+ * hold then, as one write per socket: the calls of every I/O callback of the iteration (one per
+ * HTTP connection in a server) leave together, and Redis reads them together. A
+ * process.nextTick would release them after the first callback, one write per request. Calls
+ * `released` just before the sockets are uncorked; returns false (and holds nothing) when no
+ * socket is ready.
+ */
+export function holdWrites(client: object, released: () => void): boolean {
+  const streams = corkable(client)
+  if (streams.length === 0) return false
+  for (const stream of streams) stream.cork()
+  realSetImmediate(() => {
+    released()
+    for (const stream of streams) stream.uncork()
+  })
+  return true
 }
