@@ -12,17 +12,11 @@
  */
 import { RateLimiterRedis } from 'rate-limiter-flexible'
 import type { RedisStrategy as RedisStrategyClass } from '../src/strategies/redis/index.js'
-import { median } from './lib/harness.js'
+import { median, positiveIntOption } from './lib/harness.js'
 import { loadOurs } from './lib/load-ours.js'
 
 const args = process.argv.slice(2)
-const option = (name: string, fallback: number): number => {
-  const at = args.indexOf(name)
-  if (at < 0) return fallback
-  const value = Number(args[at + 1])
-  if (!Number.isInteger(value) || value < 1) throw new RangeError(`${name} takes a positive integer, got ${String(args[at + 1])}`)
-  return value
-}
+const option = (name: string, fallback: number): number => positiveIntOption(args, name, fallback)
 const ROUNDS = option('--rounds', 7)
 const DECISIONS = option('--decisions', 200_000)
 const KEYS = Array.from({ length: 1000 }, (_, i) => `user-${i}`)

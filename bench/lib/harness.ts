@@ -53,6 +53,15 @@ export function compileLoop(isAsync: boolean): TimedLoop {
   return (op, keys, n, state) => loop(op, keys, n, state, hrtime)
 }
 
+/** The positive integer after `name` in `args` (`--rounds 7`), or `fallback` when `name` is absent. */
+export function positiveIntOption(args: readonly string[], name: string, fallback: number): number {
+  const at = args.indexOf(name)
+  if (at < 0) return fallback
+  const value = Number(args[at + 1])
+  if (!Number.isInteger(value) || value < 1) throw new RangeError(`${name} takes a positive integer, got ${String(args[at + 1])}`)
+  return value
+}
+
 /** Median of a non-empty list. */
 export function median(values: readonly number[]): number {
   if (values.length === 0) throw new RangeError('median of an empty list')
