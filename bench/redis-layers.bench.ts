@@ -36,6 +36,7 @@ const { SYNC_PUSH } = await engine.load<{ SYNC_PUSH: LuaScript }>('strategies/re
 const redis = await singleNode()
 
 type Op = (key: string) => Promise<unknown>
+type Client = ReturnType<typeof redis.client>
 interface Layer {
   readonly name: string
   readonly op: Op
@@ -57,13 +58,14 @@ function counter(): (key: string, startMs: number) => number {
 }
 
 const clients = Array.from({ length: 5 }, () => redis.client())
-const floorSha = (await clients[0]?.script('LOAD', 'return 1')) as string
-await clients[1]?.script('LOAD', SYNC_PUSH.source)
+const [floorClient, rawClient, strategyClient, limiterClient, theirClient] = clients as [Client, Client, Client, Client, Client]
+const floorSha = (await floorClient.script('LOAD', 'return 1')) as string
+await rawClient.script('LOAD', SYNC_PUSH.source)
 
 const nodeId = randomUUID() // the engine's default nodeId is a random UUID too
 const rawCount = counter()
 let rawSeq = 0
-const strategy = new RedisStrategy({ client: clients[2] as never, prefix: 'strategy' })
+const strategy = new RedisStrategy({ client: strategyClient as never, prefix: 'strategy' })
 const strategyCount = counter()
 let strategySeq = 0
 const rl = engine.ours.RateLimiting.newInstance('layers')
@@ -71,20 +73,20 @@ rl.new({
   namespace: 'api',
   windowSizes: [WINDOW_MS / 1000],
   syncRate: 0,
-  strategy: new RedisStrategy({ client: clients[3] as never, prefix: 'limiter' }),
+  strategy: new RedisStrategy({ client: limiterClient as never, prefix: 'limiter' }),
 })
 const limiter = rl.limiter({ namespace: 'api', limits: [{ limit: 1e12, window: WINDOW_MS / 1000 }] })
-const theirs = new RateLimiterRedis({ storeClient: clients[4], points: 1e9, duration: WINDOW_MS / 1000, keyPrefix: 'rlf' })
+const theirs = new RateLimiterRedis({ storeClient: theirClient, points: 1e9, duration: WINDOW_MS / 1000, keyPrefix: 'rlf' })
 
 const layers: Layer[] = [
-  { name: 'floor: EVALSHA of `return 1`', op: (key) => (clients[0] as NonNullable<(typeof clients)[0]>).evalsha(floorSha, 1, key) },
+  { name: 'floor: EVALSHA of `return 1`', op: (key) => floorClient.evalsha(floorSha, 1, key) },
   {
     name: 'our script (SYNC_PUSH over ioredis)',
     op: (key) => {
       const now = Date.now()
       const start = now - (now % WINDOW_MS)
       const seq = ++rawSeq
-      return (clients[1] as NonNullable<(typeof clients)[1]>).evalsha(
+      return rawClient.evalsha(
         SYNC_PUSH.sha,
         1,
         `raw:{api:${key}}:${WINDOW_MS}:${start}`,

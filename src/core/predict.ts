@@ -62,8 +62,8 @@ export function observe(pred: Float64Array, slot: number, others: number, window
     // in the interval (most of a fleet's keys) predicts nothing; a busy one keeps most of its
     // rate (90% at 100 hits). Face value overshot often enough on sparse keys to cost +1.0 to
     // +1.3 points of false denials (docs/ACCURACY.md, "Prediction").
-    const sure = grown - Math.sqrt(grown > 0 ? grown : 0)
-    pred[i + RATE] = sure > 0 ? sure / span : 0
+    const sure = grown > 0 ? grown - Math.sqrt(grown) : 0
+    pred[i + RATE] = sure / span
   }
   pred[i + BASE] = others
   pred[i + BASE_AT] = nowMs

@@ -65,7 +65,7 @@ export function redisError(err: unknown, strategy = 'redis'): StoreError {
   return new StoreError(refused ? 'STORE_ERROR' : 'STORE_UNAVAILABLE', strategy, error?.message ?? String(err), { cause: err })
 }
 
-export interface Corkable {
+interface Corkable {
   cork(): void
   uncork(): void
 }
@@ -77,7 +77,7 @@ type Connection = { status?: string; stream?: Partial<Corkable> }
  * master's of a cluster client (its commands go out on those). The strategy and the service's
  * algorithms cork them while many calls are in flight.
  */
-export function corkable(client: object): Corkable[] {
+function corkable(client: object): Corkable[] {
   const cluster = client as { nodes?: (role: string) => unknown[] }
   const connections = (typeof cluster.nodes === 'function' ? cluster.nodes('master') : [client]) as Connection[]
   const out: Corkable[] = []
