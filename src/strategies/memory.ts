@@ -21,19 +21,32 @@ interface StoredWindow {
   readonly nodes: Map<string, NodeSlot>
   /** Set by a reset: minus the total at that moment. */
   offset: number
+  /** The sum of the node counts, kept as they change; NaN when it must be summed again. */
+  sum: number
   expiresAtMs: number
 }
 
 type Fault = { kind: 'down' } | { kind: 'hang'; waiters: Array<() => void> }
 
-function storeKey(namespace: string, windowSizeMs: number, windowStartMs: number, key: string): string {
-  return `${namespace}\u0000${windowSizeMs}\u0000${windowStartMs}\u0000${key}`
-}
+// Whole numbers whose sums stay exact in a double.
+const EXACT = 2 ** 52
 
 function total(w: StoredWindow): number {
-  let sum = w.offset
-  for (const slot of w.nodes.values()) sum += slot.count
-  return sum
+  if (w.sum !== w.sum) {
+    let sum = 0
+    for (const slot of w.nodes.values()) sum += slot.count
+    w.sum = sum
+  }
+  return w.offset + w.sum
+}
+
+// Sets a node's count. The sum follows the change when every number involved is a whole
+// number (exactly what summing again gives, whatever the order); otherwise it is summed again on
+// the next read, in the nodes' order as before.
+function setCount(w: StoredWindow, slot: NodeSlot, count: number): void {
+  const sum = w.sum + (count - slot.count)
+  w.sum = Number.isInteger(sum) && Number.isInteger(count) && Number.isInteger(slot.count) && sum < EXACT && sum > -EXACT ? sum : Number.NaN
+  slot.count = count
 }
 
 /**
@@ -54,7 +67,10 @@ export class MemoryStrategy implements Strategy {
   /** Calls received, by method, for tests and diagnostics. */
   readonly calls = { pushDiffs: 0, getCounters: 0, getWindow: 0, resetKey: 0, purge: 0 }
   private readonly graceMs: number
-  private readonly windows = new Map<string, StoredWindow>()
+  // key -> its stored windows (of every namespace, size and start: a handful), looked up by the
+  // key string the caller holds, whose hash the engine has computed already
+  private readonly windows = new Map<string, StoredWindow[]>()
+  private stored = 0
   // blocks: namespace NUL key -> when the block ends, epoch ms (swept with the windows)
   private readonly blocks = new Map<string, number>()
   private fault: Fault | undefined
@@ -71,7 +87,7 @@ export class MemoryStrategy implements Strategy {
 
   /** Key-windows stored now. */
   get size(): number {
-    return this.windows.size
+    return this.stored
   }
 
   /** The next `n` pushes fail before anything is applied. */
@@ -104,6 +120,7 @@ export class MemoryStrategy implements Strategy {
   /** Loses every stored window, as a store restarted without persistence does. */
   restart(): void {
     this.windows.clear()
+    this.stored = 0
     this.blocks.clear()
   }
 
@@ -124,25 +141,15 @@ export class MemoryStrategy implements Strategy {
     }
     const rows: CounterRow[] = []
     for (const w of batch.windows) {
-      const id = storeKey(batch.namespace, w.windowSizeMs, w.windowStartMs, w.key)
-      let stored = this.windows.get(id)
-      if (stored === undefined) {
-        stored = {
-          namespace: batch.namespace,
-          key: w.key,
-          windowStartMs: w.windowStartMs,
-          windowSizeMs: w.windowSizeMs,
-          nodes: new Map(),
-          offset: 0,
-          expiresAtMs: 0,
-        }
-        this.windows.set(id, stored)
-      }
+      const stored = this.find(batch.namespace, w.key, w.windowStartMs, w.windowSizeMs) ?? this.add(batch.namespace, w)
       const slot = stored.nodes.get(batch.nodeId)
       stored.expiresAtMs = windowExpiresAtMs(w.windowStartMs, w.windowSizeMs, this.graceMs)
-      if (slot === undefined) stored.nodes.set(batch.nodeId, { count: w.count, seq: batch.seq })
-      else if (batch.seq > slot.seq) {
-        slot.count = w.count
+      if (slot === undefined) {
+        const added = { count: 0, seq: batch.seq }
+        stored.nodes.set(batch.nodeId, added)
+        setCount(stored, added, w.count)
+      } else if (batch.seq > slot.seq) {
+        setCount(stored, slot, w.count)
         slot.seq = batch.seq
       } else {
         // refused (not newer): answered in its place in the node's sequence, nothing written
@@ -153,7 +160,7 @@ export class MemoryStrategy implements Strategy {
       rows.push(this.row(stored, batch.nodeId))
     }
     for (const r of batch.refresh) {
-      const stored = this.windows.get(storeKey(batch.namespace, r.windowSizeMs, r.windowStartMs, r.key))
+      const stored = this.find(batch.namespace, r.key, r.windowStartMs, r.windowSizeMs)
       rows.push(
         stored
           ? this.row(stored, batch.nodeId)
@@ -184,8 +191,9 @@ export class MemoryStrategy implements Strategy {
     await this.gate()
     const wanted = new Set(currentAndPrevious(nowMs, windowSizesMs).map((w) => `${w.windowSizeMs}\u0000${w.windowStartMs}`))
     const rows: CounterRow[] = []
-    for (const w of this.windows.values()) {
-      if (w.namespace === namespace && wanted.has(`${w.windowSizeMs}\u0000${w.windowStartMs}`)) rows.push(this.row(w, nodeId))
+    for (const list of this.windows.values()) {
+      for (const w of list)
+        if (w.namespace === namespace && wanted.has(`${w.windowSizeMs}\u0000${w.windowStartMs}`)) rows.push(this.row(w, nodeId))
     }
     yield* rows
   }
@@ -193,7 +201,7 @@ export class MemoryStrategy implements Strategy {
   async getWindow(key: string, namespace: string, windowStartMs: number, windowSizeMs: number, nodeId = ''): Promise<CounterRow> {
     this.calls.getWindow++
     await this.gate()
-    const stored = this.windows.get(storeKey(namespace, windowSizeMs, windowStartMs, key))
+    const stored = this.find(namespace, key, windowStartMs, windowSizeMs)
     return stored ? this.row(stored, nodeId) : { key, windowStartMs, windowSizeMs, count: 0, own: 0 }
   }
 
@@ -201,7 +209,7 @@ export class MemoryStrategy implements Strategy {
     this.calls.resetKey++
     await this.gate()
     for (const w of currentAndPrevious(nowMs, windowSizesMs)) {
-      const stored = this.windows.get(storeKey(namespace, w.windowSizeMs, w.windowStartMs, key))
+      const stored = this.find(namespace, key, w.windowStartMs, w.windowSizeMs)
       if (stored !== undefined) stored.offset -= total(stored)
     }
   }
@@ -209,9 +217,7 @@ export class MemoryStrategy implements Strategy {
   async purge(namespace: string, _windowSizesMs: readonly number[], nowMs: number): Promise<void> {
     this.calls.purge++
     await this.gate()
-    for (const [id, w] of this.windows) {
-      if (w.namespace === namespace && w.expiresAtMs <= nowMs) this.windows.delete(id)
-    }
+    this.remove((w) => w.namespace === namespace && w.expiresAtMs <= nowMs)
   }
 
   async close(): Promise<void> {
@@ -233,8 +239,47 @@ export class MemoryStrategy implements Strategy {
   private sweep(nowMs: number): void {
     if (nowMs < this.nextSweepMs) return
     this.nextSweepMs = nowMs + 1000
-    for (const [id, w] of this.windows) if (w.expiresAtMs <= nowMs) this.windows.delete(id)
+    this.remove((w) => w.expiresAtMs <= nowMs)
     for (const [id, until] of this.blocks) if (until <= nowMs) this.blocks.delete(id)
+  }
+
+  private find(namespace: string, key: string, windowStartMs: number, windowSizeMs: number): StoredWindow | undefined {
+    const list = this.windows.get(key)
+    if (list === undefined) return undefined
+    for (let i = 0; i < list.length; i++) {
+      const w = list[i] as StoredWindow
+      if (w.windowStartMs === windowStartMs && w.windowSizeMs === windowSizeMs && w.namespace === namespace) return w
+    }
+    return undefined
+  }
+
+  private add(namespace: string, w: { key: string; windowStartMs: number; windowSizeMs: number }): StoredWindow {
+    const stored: StoredWindow = {
+      namespace,
+      key: w.key,
+      windowStartMs: w.windowStartMs,
+      windowSizeMs: w.windowSizeMs,
+      nodes: new Map(),
+      offset: 0,
+      sum: 0,
+      expiresAtMs: 0,
+    }
+    const list = this.windows.get(w.key)
+    if (list === undefined) this.windows.set(w.key, [stored])
+    else list.push(stored)
+    this.stored++
+    return stored
+  }
+
+  // Drops the stored windows `gone` picks.
+  private remove(gone: (w: StoredWindow) => boolean): void {
+    for (const [key, list] of this.windows) {
+      let kept = 0
+      for (const w of list) if (!gone(w)) list[kept++] = w
+      this.stored -= list.length - kept
+      if (kept === 0) this.windows.delete(key)
+      else list.length = kept
+    }
   }
 
   private async gate(): Promise<void> {
