@@ -104,11 +104,12 @@ export class SyncLoop {
    * to write the others' previous round. A failed cycle queues its writes for the next one.
    */
   private async cycle(withRefresh: boolean, all: boolean, settleMs: number): Promise<void> {
-    const started = Date.now()
+    const started = syncChannel.hasSubscribers ? Date.now() : 0
     const nowMs = this.clock()
     const windows: WindowPush[] = []
     const refresh: WindowRef[] = []
-    for (const table of this.tables) table.collect(nowMs, windows, withRefresh ? refresh : undefined, this.idleBudget(table), all)
+    // a full sync visits every held key: no budget of idle ones to work out
+    for (const table of this.tables) table.collect(nowMs, windows, withRefresh ? refresh : undefined, all ? 0 : this.idleBudget(table), all)
     const first = this.tables[0]
     // keys decided as blocked since the last sync: their block is read back (a lift elsewhere)
     if (withRefresh && first !== undefined) this.link.blocks?.takeTouched(windowStartMs(nowMs, first.sizeMs), first.sizeMs, refresh)
@@ -142,7 +143,7 @@ export class SyncLoop {
       if (syncChannel.hasSubscribers) {
         syncChannel.publish({
           namespace: this.link.namespace,
-          durationMs: Date.now() - started,
+          durationMs: started === 0 ? 0 : Date.now() - started,
           windows: windows.length,
           refreshed: refresh.length,
           error,

@@ -1,3 +1,4 @@
+import type { Namespace } from '../core/namespace.js'
 import { type FakeClock, type Limiter, type NamespaceOptions, RateLimiting, type Strategy } from '../index.js'
 
 /**
@@ -71,8 +72,8 @@ export const SHARDS_PER_INSTANCE = 4096
 const KEYS_PER_SHARD = 64
 
 interface Member {
-  readonly rl: RateLimiting
-  readonly namespace: string
+  /** The process's namespace of the shard: `rl.sync(name)` without the lookup by name. */
+  readonly ns: Namespace
   readonly limiter: Limiter
 }
 
@@ -182,7 +183,7 @@ export class CounterFleet {
   async catchUp(node: number, key: number): Promise<void> {
     const shard = this.shardOf(key)
     const m = shard.members[node] as Member
-    await m.rl.sync(m.namespace)
+    await m.ns.sync()
     shard.synced[node] = shard.version
   }
 
@@ -256,7 +257,7 @@ export class CounterFleet {
       // are counted but not sent
       if (this.nodes > 1) {
         const m = shard.members[node] as Member
-        await m.rl.sync(m.namespace)
+        await m.ns.sync()
       }
       shard.pending[node] = 0
       shard.version++
@@ -270,7 +271,7 @@ export class CounterFleet {
         for (let n = 0; n < this.nodes; n++) {
           if ((shard.synced[n] as number) < 0) continue
           const m = shard.members[n] as Member
-          await m.rl.sync(m.namespace)
+          await m.ns.sync()
           shard.synced[n] = shard.version
         }
       }
@@ -321,7 +322,7 @@ export class CounterFleet {
       nodeId: `s${shard.id}-n${node}`,
       maxKeys: perInstance * Math.max(KEYS_PER_SHARD, this.shardSize * 8),
     })
-    const member = { rl, namespace, limiter: rl.limiter({ namespace, limits: [{ limit, window: windowSec }], countDenied }) }
+    const member = { ns: rl.namespace(namespace), limiter: rl.limiter({ namespace, limits: [{ limit, window: windowSec }], countDenied }) }
     shard.members[node] = member
     return member
   }
