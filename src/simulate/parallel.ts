@@ -25,7 +25,7 @@ export function defaultJobs(): number {
 
 /** Options of {@link runGridParallel}. */
 export interface ParallelOptions {
-  /** Cells replayed at once, each on a worker thread; 1 replays them in turn on this thread. @default {@link defaultJobs} */
+  /** Cells replayed at once, each on a worker thread (1: in turn, on one). @default {@link defaultJobs} */
   readonly jobs?: number
   /** Called as cells progress with the hits done over all cells and their total. */
   readonly progress?: (done: number, total: number) => void
@@ -64,8 +64,9 @@ type WorkerMessage =
 
 /**
  * Replays every cell, `jobs` at a time on worker threads, and answers the results in the order
- * of `cells` (identical to {@link runGrid}'s). With one job or one cell, or a setup whose store is
- * a function (which no thread can be sent), it is {@link runGrid} on this thread.
+ * of `cells` (identical to {@link runGrid}'s). One job is one worker too, for its young generation
+ * (see {@link YOUNG_GENERATION_MB}). With a setup whose store is a function (which no thread can be
+ * sent), or no cells, it is {@link runGrid} on this thread.
  */
 export async function runGridParallel(
   trace: Trace,
@@ -73,8 +74,8 @@ export async function runGridParallel(
   setup: ReplaySetup,
   options: ParallelOptions = {},
 ): Promise<CellResult[]> {
-  const jobs = Math.min(options.jobs ?? defaultJobs(), cells.length)
-  if (jobs <= 1 || setup.strategy !== undefined) return runGrid(trace, cells, setup, options.progress)
+  const jobs = Math.max(1, Math.min(options.jobs ?? defaultJobs(), cells.length))
+  if (cells.length === 0 || setup.strategy !== undefined) return runGrid(trace, cells, setup, options.progress)
   const input: WorkerInput = {
     kind: KIND,
     times: shared(trace.times, Float64Array),
