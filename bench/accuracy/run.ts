@@ -9,6 +9,14 @@
  *   npm run bench:accuracy -- --write      # print and update docs/ACCURACY.md
  *   npm run bench:accuracy -- --quick      # shorter traces, for a look
  *   npm run bench:accuracy -- --jobs 1     # one cell at a time (default: one per CPU)
+ *   npm run bench:accuracy -- --redis      # the same on a redis-server of its own (prints only)
+ *
+ * With --redis every shard of a cell's fleet syncs through a RedisStrategy on a redis-server the
+ * bench starts (bench/lib/replay-redis.ts), one cell at a time on this thread (a store cannot
+ * be sent to a worker), the traces starting at the next window boundary from now (Redis expires
+ * the key-windows at times computed from the fake clock). Its tables are those of the memory
+ * store, figure for figure (test/integration/simulate-redis.test.ts checks that on a small
+ * trace); what it adds is the proof on a real server and the store's own counters.
  *
  * The replay itself (the fleet, the truth, the metrics) is src/simulate's, which
  * `ratelimiting simulate` runs on a user's log.
@@ -16,10 +24,13 @@
 import { readFileSync, writeFileSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
+import type { Redis } from 'ioredis'
 import { type ProfileName, syntheticTrace } from '../../src/simulate/profiles.js'
 import { runGridParallel } from '../../src/simulate/parallel.js'
 import { availableAlgorithms, gridCells } from '../../src/simulate/replay.js'
 import { markdownTable, resultRows } from '../../src/simulate/report.js'
+import { type BenchRedis, singleNode } from '../lib/redis-bench.js'
+import { deleteReplayKeys, redisShardStores, replayStartMs } from '../lib/replay-redis.js'
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const argv = process.argv.slice(2)
@@ -27,6 +38,8 @@ const args = new Set(argv)
 const quick = args.has('--quick')
 const jobsAt = argv.indexOf('--jobs')
 const jobs = jobsAt >= 0 ? Number(argv[jobsAt + 1]) : undefined
+const onRedis = args.has('--redis')
+if (onRedis && args.has('--write')) throw new Error('--redis prints only: the tables of docs/ACCURACY.md come from the memory store')
 const LIMIT = 100
 const WINDOW = 60
 const NODES = [1, 8]
@@ -78,26 +91,47 @@ const CASES: Case[] = [
 
 const sections: string[] = []
 const started = performance.now()
-for (const c of CASES) {
-  const trace = syntheticTrace({
-    profile: c.profile,
-    limit: LIMIT,
-    windowSec: WINDOW,
-    durationSec: c.durationSec,
-    ...(c.keys ? { keys: c.keys } : {}),
-  })
-  const t0 = performance.now()
-  // the cells of a trace on worker threads, one per CPU (--jobs N to change; the figures are alike)
-  const results = await runGridParallel(
-    trace,
-    gridCells(availableAlgorithms(), NODES, SYNC_RATES),
-    { limit: LIMIT, windowSec: WINDOW, countDenied: c.countDenied },
-    jobs === undefined ? {} : { jobs },
-  )
-  const heading = `### ${c.title}\n\n${trace.length} hits over ${c.durationSec} s (profile \`${c.profile}\`, ${c.countDenied ? 'denied hits count' : 'denied hits do not count'}; replayed in ${((performance.now() - t0) / 1000).toFixed(1)} s)`
-  const section = `${heading}\n\n${markdownTable(resultRows(results))}\n`
-  console.log(`${section}`)
-  sections.push(section)
+const redis: BenchRedis | undefined = onRedis ? await singleNode() : undefined
+// a single node's client (a Cluster only from cluster())
+const client = redis?.client() as Redis | undefined
+try {
+  if (redis !== undefined) console.log(`on redis-server ${await redis.version()} (a server of this run's own)\n`)
+  for (const [i, c] of CASES.entries()) {
+    const trace = syntheticTrace({
+      profile: c.profile,
+      limit: LIMIT,
+      windowSec: WINDOW,
+      durationSec: c.durationSec,
+      ...(c.keys ? { keys: c.keys } : {}),
+      ...(onRedis ? { startMs: replayStartMs(WINDOW) } : {}),
+    })
+    const t0 = performance.now()
+    const before = await redis?.counters()
+    // the cells of a trace on worker threads, one per CPU (--jobs N to change; the figures are alike)
+    const results = await runGridParallel(
+      trace,
+      gridCells(availableAlgorithms(), NODES, SYNC_RATES),
+      {
+        limit: LIMIT,
+        windowSec: WINDOW,
+        countDenied: c.countDenied,
+        ...(client !== undefined ? { strategy: redisShardStores(client, `replay-${i}`) } : {}),
+      },
+      jobs === undefined ? {} : { jobs },
+    )
+    const store =
+      redis === undefined || before === undefined
+        ? ''
+        : `; Redis: ${(((await redis.counters()).sent ?? 0) - (before.sent ?? 0)).toLocaleString('en-US')} calls`
+    const heading = `### ${c.title}\n\n${trace.length} hits over ${c.durationSec} s (profile \`${c.profile}\`, ${c.countDenied ? 'denied hits count' : 'denied hits do not count'}; replayed in ${((performance.now() - t0) / 1000).toFixed(1)} s${store})`
+    const section = `${heading}\n\n${markdownTable(resultRows(results))}\n`
+    console.log(`${section}`)
+    sections.push(section)
+    if (client !== undefined) await deleteReplayKeys(client, `replay-${i}`)
+  }
+} finally {
+  client?.disconnect()
+  await redis?.stop()
 }
 console.log(`all traces: ${((performance.now() - started) / 1000).toFixed(1)} s`)
 
