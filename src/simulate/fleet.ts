@@ -1,4 +1,3 @@
-import type { Namespace } from '../core/namespace.js'
 import { type FakeClock, type Limiter, type NamespaceOptions, RateLimiting, type Strategy } from '../index.js'
 
 /**
@@ -72,8 +71,8 @@ export const SHARDS_PER_INSTANCE = 4096
 const KEYS_PER_SHARD = 64
 
 interface Member {
-  /** The process's namespace of the shard: `rl.sync(name)` without the lookup by name. */
-  readonly ns: Namespace
+  readonly rl: RateLimiting
+  readonly namespace: string
   readonly limiter: Limiter
 }
 
@@ -183,7 +182,7 @@ export class CounterFleet {
   async catchUp(node: number, key: number): Promise<void> {
     const shard = this.shardOf(key)
     const m = shard.members[node] as Member
-    await m.ns.sync()
+    await m.rl.sync(m.namespace)
     shard.synced[node] = shard.version
   }
 
@@ -257,7 +256,7 @@ export class CounterFleet {
       // are counted but not sent
       if (this.nodes > 1) {
         const m = shard.members[node] as Member
-        await m.ns.sync()
+        await m.rl.sync(m.namespace)
       }
       shard.pending[node] = 0
       shard.version++
@@ -271,7 +270,7 @@ export class CounterFleet {
         for (let n = 0; n < this.nodes; n++) {
           if ((shard.synced[n] as number) < 0) continue
           const m = shard.members[n] as Member
-          await m.ns.sync()
+          await m.rl.sync(m.namespace)
           shard.synced[n] = shard.version
         }
       }
@@ -322,7 +321,7 @@ export class CounterFleet {
       nodeId: `s${shard.id}-n${node}`,
       maxKeys: perInstance * Math.max(KEYS_PER_SHARD, this.shardSize * 8),
     })
-    const member = { ns: rl.namespace(namespace), limiter: rl.limiter({ namespace, limits: [{ limit, window: windowSec }], countDenied }) }
+    const member = { rl, namespace, limiter: rl.limiter({ namespace, limits: [{ limit, window: windowSec }], countDenied }) }
     shard.members[node] = member
     return member
   }
