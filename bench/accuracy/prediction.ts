@@ -9,6 +9,7 @@
  *
  *   npm run bench:accuracy:prediction                  # the 600 s trace of docs/ACCURACY.md
  *   npm run bench:accuracy:prediction -- --duration 120
+ *   npm run bench:accuracy:prediction -- --seed 2       # another draw of the same traffic
  *
  * Prints only; docs/ACCURACY.md ("Prediction") cites it.
  */
@@ -20,11 +21,14 @@ const argv = process.argv.slice(2)
 const at = argv.indexOf('--duration')
 const durationSec = at >= 0 ? Number(argv[at + 1]) : 600
 if (!Number.isInteger(durationSec) || durationSec < 60) throw new RangeError(`--duration takes whole seconds >= 60, got ${argv[at + 1]}`)
+const seedAt = argv.indexOf('--seed')
+const seed = seedAt >= 0 ? Number(argv[seedAt + 1]) : 1
+if (!Number.isInteger(seed) || seed < 1) throw new RangeError(`--seed takes a whole number >= 1, got ${argv[seedAt + 1]}`)
 const LIMIT = 100
 const WINDOW = 60
 const SYNC_RATES = [0.5, 2]
 
-const trace = syntheticTrace({ profile: 'poisson', limit: LIMIT, windowSec: WINDOW, durationSec, keys: 1000 })
+const trace = syntheticTrace({ profile: 'poisson', limit: LIMIT, windowSec: WINDOW, durationSec, keys: 1000, seed })
 const counter = algorithmEntry('counter')
 const predicting = algorithmEntry('counter-predict')
 const cells: CellSpec[] = [...gridCells([counter], [1], [SYNC_RATES[0] as number]), ...gridCells([counter, predicting], [8], SYNC_RATES)]
@@ -35,7 +39,9 @@ const find = (name: string, nodes: number, syncRate: number) =>
 const pct = (share: number) => `${(100 * share).toFixed(4)}%`
 const single = find('counter', 1, SYNC_RATES[0] as number) // one process decides alike at every sync rate
 
-console.log(`Poisson trace, ${durationSec} s, ${trace.length} hits; replayed in ${((performance.now() - started) / 1000).toFixed(1)} s\n`)
+console.log(
+  `Poisson trace, ${durationSec} s, seed ${seed}, ${trace.length} hits; replayed in ${((performance.now() - started) / 1000).toFixed(1)} s\n`,
+)
 console.log(
   '| sync | false allow: one process / without / with | above one process, with / without [≤ 50%] | worst window: one / without / with | false deny: without → with [≤ +0.5 pp] |',
 )
