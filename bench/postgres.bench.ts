@@ -270,16 +270,17 @@ connection, without either limiter (µs per statement, median of ${quick ? 1 : 5
 |---|---:|---:|---:|
 ${commitRows.join('\n')}
 
-- **The commit bounds both at 1 in flight.** Each synchronous hit is a transaction, and its
-  commit waits for the WAL to reach the disk (\`fdatasync\`): on this machine's shared virtual
-  disk that wait is most of a hit's time, for both stores alike (last table), and no client
-  work can win back more than the rest: at the server's setting ours and RateLimiterPostgres
-  run within the noise of the flush at 1 in flight. With commits that do not wait (the two
-  "synchronous_commit off" rows) the statements alone cost about the same (last table: ours does
-  an upsert of this process's own row and two primary-key lookups for the sums, theirs one
-  upsert), and what is left between the two is client work: ours spends more CPU per decision
-  (the client CPU column: the engine, and the strategy's session with its checkout and statement
-  deadlines), which a loaded 2-core machine turns into latency.
+- **At 1 in flight a hit is one statement and one commit, for both.** Each synchronous hit is a
+  transaction, and its commit waits for the WAL to reach the disk (\`fdatasync\`): on this
+  machine's shared virtual disk that wait is a large share of a hit's time for both stores
+  (last table: about half on a quiet machine, nearly all of it under load). What is left is the
+  statement itself and the client: ours does more in its one statement (an upsert of this
+  process's own row and a primary-key range read for the others' sum, where theirs is one
+  upsert of one row), which shows most with commits that do not wait (the two
+  "synchronous_commit off" rows), and its client spends about as much CPU per decision (the
+  engine, and the strategy's session with its checkout and statement deadlines). So at 1 in
+  flight the two run at parity within the noise, and no client work can win back more than
+  the statement's difference.
 - **Past the pool's connections, hits share statements.** A hit goes out alone, on its own
   statement, while the strategy has fewer statements running than the pool has connections; past
   that, hits wait in the strategy instead of in the pool's queue, and each connection that frees
