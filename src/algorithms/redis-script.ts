@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks'
 import { StoreError } from '../core/errors.js'
 import { deadline } from '../core/timeout.js'
-import { evalScript, holdWrites, type LuaScript, redisError } from '../strategies/redis/scripts.js'
+import { evalScript, type LuaScript, redisError, WriteHold } from '../strategies/redis/scripts.js'
 import type { RedisScriptClient } from './types.js'
 
 // How much earlier than the caller's timeout a script's deadline falls on Redis's clock: the time
@@ -44,7 +44,7 @@ class RedisClockOffset {
 /** What the scripts keep per client: Redis's clock, and whether its sockets are held. */
 interface ClientState {
   readonly offset: RedisClockOffset
-  corked: boolean
+  readonly writes: WriteHold
 }
 
 const states = new WeakMap<RedisScriptClient, ClientState>()
@@ -52,24 +52,18 @@ const states = new WeakMap<RedisScriptClient, ClientState>()
 function stateOf(client: RedisScriptClient): ClientState {
   let state = states.get(client)
   if (state === undefined) {
-    state = { offset: new RedisClockOffset(), corked: false }
+    state = { offset: new RedisClockOffset(), writes: new WriteHold(client) }
     states.set(client, state)
   }
   return state
 }
 
-// Holds the client's socket writes until the end of this event-loop iteration and sends them as
-// one write (holdWrites). The requests of one iteration arrive each in its own I/O callback (one
-// per HTTP connection): corking for the tick wrote one call per request, and that write syscall
-// (a loopback TCP send, which runs Redis's side of the delivery too) was the largest item of the
-// service's CPU profile (see docs/BENCHMARKS-service.md). A lone call waits only for the rest of
-// its own iteration.
-function hold(client: RedisScriptClient, state: ClientState): void {
-  if (state.corked) return
-  state.corked = holdWrites(client, () => {
-    state.corked = false
-  })
-}
+// Every call is held (WriteHold): the client's socket writes leave at the end of this event-loop
+// iteration, or once 16 calls are held. The requests of one iteration arrive each in its own I/O
+// callback (one per HTTP connection): corking for the tick wrote one call per request, and that
+// write syscall (a loopback TCP send, which runs Redis's side of the delivery too) was the largest
+// item of the service's CPU profile (see docs/BENCHMARKS-service.md). A lone call waits only for
+// the rest of its own iteration.
 
 /**
  * Runs one of the algorithms' scripts (lua.ts): by EVALSHA, falling back to EVAL on NOSCRIPT,
@@ -115,12 +109,13 @@ export function runScript(
       bound.settle()
       reject(redisError(err))
     }
-    hold(client, state)
+    state.writes.hold()
     try {
       void evalScript(client, script, keys.length, keysAndArgs, answered, failed)
     } catch (err) {
       failed(err)
     }
+    state.writes.written()
   })
 }
 

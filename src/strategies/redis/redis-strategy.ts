@@ -19,7 +19,7 @@ import { checkCount, oneKeyArgs, oneWriteArgs, replyParts, soleKey } from './one
 import { PUSH, RESET, SYNC_PUSH } from './lua.js'
 import { type RedisClientLike, type RedisCommands, type RedisStrategyOptions, resolveRedisOptions } from './options.js'
 import { scanNamespace } from './scan.js'
-import { evalScript, holdWrites, type LuaScript, redisError } from './scripts.js'
+import { evalScript, type LuaScript, redisError, WriteHold } from './scripts.js'
 
 /**
  * The Redis store, for a single node or a Redis Cluster, over ioredis.
@@ -54,9 +54,9 @@ export class RedisStrategy implements Strategy {
   // track of which reply is whose (replies were dropped); see desync().
   private readonly nonceBase = `${randomBytes(6).toString('base64url')}:`
   private nonceSeq = 0
-  // Script calls sent and not answered yet, and whether the socket is corked until the next tick.
+  // Script calls sent and not answered yet, and the socket writes held (made on the first hold).
   private inFlight = 0
-  private corked = false
+  private writes: WriteHold | undefined
   // What pushBlocks (block-push.ts) calls back into.
   private readonly blockContext: BlockContext
 
@@ -273,9 +273,12 @@ export class RedisStrategy implements Strategy {
   // reply in the same reaction; failures become StoreErrors. Counts the calls in flight, and
   // corks the socket for this tick when others are already waiting (see cork()).
   private send<T>(script: LuaScript, numKeys: number, keysAndArgs: string[], read: (reply: unknown) => T): Promise<T> {
-    if (this.inFlight > 0 && !this.corked) this.cork()
+    if (this.inFlight > 0) {
+      this.writes ??= new WriteHold(this.client)
+      this.writes.hold()
+    }
     this.inFlight++
-    return evalScript(
+    const reply = evalScript(
       this.client,
       script,
       numKeys,
@@ -289,18 +292,16 @@ export class RedisStrategy implements Strategy {
         throw this.storeError(err)
       },
     )
+    this.writes?.written()
+    return reply
   }
 
-  // With calls already waiting for replies (many hits in flight), holds the writes until the end
-  // of this event-loop iteration and sends them as one socket write (holdWrites): one syscall
-  // (and one read in Redis) for every call the iteration's I/O callbacks set off (a batch of
-  // replies, or the requests of many HTTP connections), instead of one each. A lone call is
-  // written at once. On a cluster client, every master's connection is held the same way.
-  private cork(): void {
-    this.corked = holdWrites(this.client, () => {
-      this.corked = false
-    })
-  }
+  // With calls already waiting for replies (many hits in flight), send() holds the writes until
+  // the end of this event-loop iteration, or until 16 are held, and sends them as one socket
+  // write (WriteHold): one syscall (and one read in Redis) for many calls the iteration's I/O
+  // callbacks set off (a batch of replies, or the requests of many HTTP connections), instead of
+  // one each. A lone call is written at once. On a cluster client, every master's connection is
+  // held the same way.
 
   // The totals of a PUSH reply: the nonce, then per key-window its total and own count.
   private replyParts(reply: unknown, nonce: string, count: number): string[] {
