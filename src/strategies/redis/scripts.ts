@@ -110,9 +110,10 @@ const MAX_HELD = 16
  * HTTP connection in a server) leave together, and Redis reads them together. A
  * process.nextTick would release them after the first callback, one write per request. Calls
  * `released` just before the sockets are uncorked. Returns the release, to send what is held
- * sooner (a second call does nothing), or undefined (holding nothing) when no socket is ready.
+ * sooner (a second call does nothing), with the number of sockets held, or undefined (holding
+ * nothing) when no socket is ready.
  */
-export function holdWrites(client: object, released: () => void): (() => void) | undefined {
+export function holdWrites(client: object, released: () => void): { release: () => void; sockets: number } | undefined {
   const streams = corkable(client)
   if (streams.length === 0) return undefined
   for (const stream of streams) stream.cork()
@@ -124,18 +125,20 @@ export function holdWrites(client: object, released: () => void): (() => void) |
     for (const stream of streams) stream.uncork()
   }
   realSetImmediate(release)
-  return release
+  return { release, sockets: streams.length }
 }
 
 /**
  * A client's held writes (see {@link holdWrites}), for the strategy and the service's
  * algorithms: {@link hold} before a call is written, {@link written} after it; the writes leave at
- * the end of the event-loop iteration, or as soon as {@link MAX_HELD} calls are held.
+ * the end of the event-loop iteration, or as soon as {@link MAX_HELD} calls per socket held are
+ * (a cluster client's calls spread over its masters' sockets).
  */
 export class WriteHold {
   private readonly client: object
   private release: (() => void) | undefined
   private held = 0
+  private limit = MAX_HELD
 
   constructor(client: object) {
     this.client = client
@@ -145,13 +148,15 @@ export class WriteHold {
   hold(): void {
     if (this.release !== undefined) return
     this.held = 0
-    this.release = holdWrites(this.client, () => {
+    const hold = holdWrites(this.client, () => {
       this.release = undefined
     })
+    this.release = hold?.release
+    this.limit = MAX_HELD * (hold?.sockets ?? 1)
   }
 
-  /** A call was written: sends the held calls once there are {@link MAX_HELD} of them. */
+  /** A call was written: sends the held calls once there are {@link MAX_HELD} per socket. */
   written(): void {
-    if (this.release !== undefined && ++this.held >= MAX_HELD) this.release()
+    if (this.release !== undefined && ++this.held >= this.limit) this.release()
   }
 }
