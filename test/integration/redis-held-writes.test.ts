@@ -10,21 +10,26 @@
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { after, describe, it } from 'node:test'
-import { Redis } from 'ioredis'
+import { Cluster, Redis } from 'ioredis'
 import { RedisFixedWindow } from '../../src/algorithms/index.js'
 import { RedisStrategy } from '../../src/strategies/redis/index.js'
-import { sharedRedisUrl } from '../support/redis-server.js'
+import { sharedClusterPorts, sharedRedisUrl } from '../support/redis-server.js'
 
 const prefix = `rltest-held-${randomUUID().slice(0, 8)}`
 const url = await sharedRedisUrl()
-const clients: Redis[] = []
+const clients: (Redis | Cluster)[] = []
 
 after(async () => {
   const admin = new Redis(url)
   const names = await admin.keys(`${prefix}*`)
   if (names.length > 0) await admin.unlink(...names)
   admin.disconnect()
-  for (const c of clients) c.disconnect()
+  for (const c of clients) {
+    // the cluster's keys, master by master (one slot each: deleted one by one)
+    if (c instanceof Cluster)
+      for (const node of c.nodes('master')) for (const name of await node.keys(`${prefix}*`)) await node.unlink(name)
+    c.disconnect()
+  }
 })
 
 async function readyClient(): Promise<Redis & { stream: { writableCorked: number } }> {
@@ -66,6 +71,42 @@ describe('held writes on Redis', () => {
       calls.map(() => 1),
     )
     assert.equal(client.stream.writableCorked, 0)
+  })
+
+  it("on a cluster client every master's socket is held, and the calls leave every 16 per socket", async () => {
+    const cluster = new Cluster((await sharedClusterPorts()).map((port) => ({ host: '127.0.0.1', port })))
+    clients.push(cluster)
+    await cluster.ping()
+    const masters = cluster.nodes('master') as unknown as { stream: { writableCorked: number } }[]
+    // the masters' connections are made on first use: one call to each of the 16,384 slots' keys
+    // would be too many, so every key is written once first (the sockets then stay ready)
+    const keys = Array.from({ length: 120 }, (_, i) => `k${i}`)
+    const strategy = new RedisStrategy({ client: cluster, prefix })
+    const startMs = Math.floor(Date.now() / 60_000) * 60_000
+    const push = (key: string, seq: number) =>
+      strategy.pushDiffs({
+        namespace: 'held',
+        nodeId: 'n1',
+        seq,
+        nowMs: Date.now(),
+        windows: [{ key, windowStartMs: startMs, windowSizeMs: 60_000, count: seq, diff: 1 }],
+        refresh: [],
+      })
+    await Promise.all(keys.map((key) => push(key, 1)))
+    const calls = [push('k0', 2)]
+    const held: boolean[] = []
+    for (let i = 1; i < 2 * 16 * masters.length; i++) {
+      calls.push(push(keys[i % keys.length] as string, 2))
+      held.push(masters.every((m) => m.stream.writableCorked === 1))
+    }
+    // held from the second call until 16 per master's socket are (48 on three masters), then again
+    const limit = 16 * masters.length
+    assert.deepEqual(
+      held,
+      held.map((_, i) => (i + 1) % limit !== 0),
+    )
+    await Promise.all(calls)
+    assert.ok(masters.every((m) => m.stream.writableCorked === 0))
   })
 
   it("the service's algorithms hold every call, and send every 16th at once", async () => {
