@@ -94,8 +94,8 @@ function corkable(client: object): Corkable[] {
 // (test/integration/redis-fake-timers.test.ts).
 const realSetImmediate: typeof setImmediate = timers.setImmediate
 
-// Calls held at most: a held batch leaves once it has this many, and the rest of the iteration's
-// calls start another. Holding every call of a batch of replies until the iteration ends made a
+// Calls held at most, per socket held: a held batch leaves once it has this many, and the rest of
+// the iteration's calls start another. Holding every call of a batch of replies until the iteration ends made a
 // convoy at 64 in flight: the client worked through all 64 replies while Redis waited, then Redis
 // through all 64 calls while the client waited, so neither side's work overlapped the other's.
 // Sent in parts, Redis runs the first calls while the client still makes the next ones.
@@ -131,8 +131,8 @@ export function holdWrites(client: object, released: () => void): { release: () 
 /**
  * A client's held writes (see {@link holdWrites}), for the strategy and the service's
  * algorithms: {@link hold} before a call is written, {@link written} after it; the writes leave at
- * the end of the event-loop iteration, or as soon as {@link MAX_HELD} calls per socket held are
- * (a cluster client's calls spread over its masters' sockets).
+ * the end of the event-loop iteration, or as soon as the calls held reach {@link MAX_HELD} per
+ * socket held (a cluster client's calls spread over its masters' sockets).
  */
 export class WriteHold {
   private readonly client: object
