@@ -59,7 +59,7 @@ function stateOf(client: RedisScriptClient): ClientState {
 }
 
 // Every call is held (WriteHold): the client's socket writes leave at the end of this event-loop
-// iteration, or once 16 calls are held. The requests of one iteration arrive each in its own I/O
+// iteration, or once 16 calls per socket are held. The requests of one iteration arrive each in its own I/O
 // callback (one per HTTP connection): corking for the tick wrote one call per request, and that
 // write syscall (a loopback TCP send, which runs Redis's side of the delivery too) was the largest
 // item of the service's CPU profile (see docs/BENCHMARKS-service.md). A lone call waits only for

@@ -104,7 +104,7 @@ export class SyncLoop {
    * to write the others' previous round. A failed cycle queues its writes for the next one.
    */
   private async cycle(withRefresh: boolean, all: boolean, settleMs: number): Promise<void> {
-    const started = syncChannel.hasSubscribers ? Date.now() : 0
+    const started = Date.now()
     const nowMs = this.clock()
     const windows: WindowPush[] = []
     const refresh: WindowRef[] = []
@@ -143,7 +143,7 @@ export class SyncLoop {
       if (syncChannel.hasSubscribers) {
         syncChannel.publish({
           namespace: this.link.namespace,
-          durationMs: started === 0 ? 0 : Date.now() - started,
+          durationMs: Date.now() - started,
           windows: windows.length,
           refreshed: refresh.length,
           error,

@@ -1,7 +1,7 @@
 /**
  * Synchronous hits on PostgreSQL (a push of one window written, at most one read, no block
- * written): each commit waits for its WAL flush, which costs more than everything else a hit
- * does (docs/BENCHMARKS-postgres.md). A hit goes out alone, on its own statement, while the
+ * written): each commit waits for its WAL flush, a large share of a hit's time
+ * (docs/BENCHMARKS-postgres.md). A hit goes out alone, on its own statement, while the
  * strategy has fewer statements running than its pool has connections; past that, hits wait
  * here instead of in the pool's queue, and the next connection that frees takes all of them
  * (up to {@link MAX_HITS}) in one statement: one commit for many hits, and no added wait for a

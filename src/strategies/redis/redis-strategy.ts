@@ -54,15 +54,16 @@ export class RedisStrategy implements Strategy {
   // track of which reply is whose (replies were dropped); see desync().
   private readonly nonceBase = `${randomBytes(6).toString('base64url')}:`
   private nonceSeq = 0
-  // Script calls sent and not answered yet, and the socket writes held (made on the first hold).
+  // Script calls sent and not answered yet, and the socket writes held while some are.
   private inFlight = 0
-  private writes: WriteHold | undefined
+  private readonly writes: WriteHold
   // What pushBlocks (block-push.ts) calls back into.
   private readonly blockContext: BlockContext
 
   constructor(options: RedisStrategyOptions) {
     const resolved = resolveRedisOptions(options)
     this.client = resolved.client
+    this.writes = new WriteHold(this.client)
     this.ownsClient = resolved.ownsClient
     this.prefix = resolved.prefix
     this.graceMs = resolved.graceMs
@@ -270,13 +271,14 @@ export class RedisStrategy implements Strategy {
   }
 
   // One PUSH or SYNC_PUSH call (evalScript: EVALSHA, EVAL on NOSCRIPT), `read` applied to its
-  // reply in the same reaction; failures become StoreErrors. Counts the calls in flight, and
-  // corks the socket for this tick when others are already waiting (see cork()).
+  // reply in the same reaction; failures become StoreErrors. Counts the calls in flight. With
+  // calls already waiting for replies (many hits in flight), holds the writes until the end of
+  // this event-loop iteration, or until 16 per socket are held (WriteHold): one syscall (and one
+  // read in Redis) for many calls the iteration's I/O callbacks set off (a batch of replies, or
+  // the requests of many HTTP connections), instead of one each. A lone call is written at once.
+  // On a cluster client, every master's connection is held the same way.
   private send<T>(script: LuaScript, numKeys: number, keysAndArgs: string[], read: (reply: unknown) => T): Promise<T> {
-    if (this.inFlight > 0) {
-      this.writes ??= new WriteHold(this.client)
-      this.writes.hold()
-    }
+    if (this.inFlight > 0) this.writes.hold()
     this.inFlight++
     const reply = evalScript(
       this.client,
@@ -292,16 +294,9 @@ export class RedisStrategy implements Strategy {
         throw this.storeError(err)
       },
     )
-    this.writes?.written()
+    this.writes.written()
     return reply
   }
-
-  // With calls already waiting for replies (many hits in flight), send() holds the writes until
-  // the end of this event-loop iteration, or until 16 are held, and sends them as one socket
-  // write (WriteHold): one syscall (and one read in Redis) for many calls the iteration's I/O
-  // callbacks set off (a batch of replies, or the requests of many HTTP connections), instead of
-  // one each. A lone call is written at once. On a cluster client, every master's connection is
-  // held the same way.
 
   // The totals of a PUSH reply: the nonce, then per key-window its total and own count.
   private replyParts(reply: unknown, nonce: string, count: number): string[] {
