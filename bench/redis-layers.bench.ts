@@ -4,6 +4,9 @@
  * redis-server the bench starts for itself:
  *
  * - floor: an EVALSHA of a script that only returns, one key (what any script call costs);
+ * - the floor with our hit's arguments, and with RateLimiterRedis's: a script that only returns a
+ *   reply as long as the real one, sent the real call's keys and arguments (what the call's shape
+ *   costs on the wire and in ioredis, apart from the script's work in Redis);
  * - our script: SYNC_PUSH over ioredis with the arguments a hit sends (no strategy, no engine);
  * - our strategy: `RedisStrategy.pushDiffs` of a hit's batch (arguments, nonce, reply parsing);
  * - our limiter: `limiter.hit` of a synchronous namespace (the whole engine);
@@ -60,11 +63,28 @@ function counter(): (key: string, startMs: number) => number {
 const clients = Array.from({ length: 5 }, () => redis.client())
 const [floorClient, rawClient, strategyClient, limiterClient, theirClient] = clients as [Client, Client, Client, Client, Client]
 const floorSha = (await floorClient.script('LOAD', 'return 1')) as string
+// replies as long as SYNC_PUSH's (nonce, total, own) and RateLimiterRedis's (consumed points, PTTL)
+const ourShapeSha = (await floorClient.script('LOAD', "return ARGV[1] .. ' ' .. ARGV[4] .. ' ' .. ARGV[4]")) as string
+const theirShapeSha = (await floorClient.script('LOAD', 'return { tonumber(ARGV[1]), 59000 }')) as string
 await rawClient.script('LOAD', SYNC_PUSH.source)
 
 const nodeId = randomUUID() // the engine's default nodeId is a random UUID too
 const rawCount = counter()
 let rawSeq = 0
+// SYNC_PUSH's keys and arguments for a hit of `key`, as the strategy sends them
+function rawArgs(prefix: string, key: string): string[] {
+  const now = Date.now()
+  const start = now - (now % WINDOW_MS)
+  const seq = ++rawSeq
+  return [
+    `${prefix}:{api:${key}}:${WINDOW_MS}:${start}`,
+    `nonce:${seq}`,
+    nodeId,
+    String(seq),
+    String(rawCount(key, start)),
+    String(start + 2 * WINDOW_MS + 60_000),
+  ]
+}
 const strategy = new RedisStrategy({ client: strategyClient as never, prefix: 'strategy' })
 const strategyCount = counter()
 let strategySeq = 0
@@ -80,24 +100,12 @@ const theirs = new RateLimiterRedis({ storeClient: theirClient, points: 1e9, dur
 
 const layers: Layer[] = [
   { name: 'floor: EVALSHA of `return 1`', op: (key) => floorClient.evalsha(floorSha, 1, key) },
+  { name: "the floor with our script's arguments and reply", op: (key) => floorClient.evalsha(ourShapeSha, 1, ...rawArgs('shape', key)) },
   {
-    name: 'our script (SYNC_PUSH over ioredis)',
-    op: (key) => {
-      const now = Date.now()
-      const start = now - (now % WINDOW_MS)
-      const seq = ++rawSeq
-      return rawClient.evalsha(
-        SYNC_PUSH.sha,
-        1,
-        `raw:{api:${key}}:${WINDOW_MS}:${start}`,
-        `nonce:${seq}`,
-        nodeId,
-        String(seq),
-        String(rawCount(key, start)),
-        String(start + 2 * WINDOW_MS + 60_000),
-      )
-    },
+    name: "the floor with RateLimiterRedis's arguments and reply",
+    op: (key) => floorClient.evalsha(theirShapeSha, 1, `rlf:${key}`, '1', '60', '1000000000', '60'),
   },
+  { name: 'our script (SYNC_PUSH over ioredis)', op: (key) => rawClient.evalsha(SYNC_PUSH.sha, 1, ...rawArgs('raw', key)) },
   {
     name: 'our strategy (RedisStrategy.pushDiffs)',
     op: (key) => {
@@ -166,6 +174,11 @@ try {
       `| ${layer.name} | ${wall.toFixed(1)} | ${(wall - floorWall).toFixed(1)} | ${med(s, 'cpuUs').toFixed(1)} | ${med(s, 'serverCpuUs').toFixed(1)} | ${med(s, 'bytesIn').toFixed(0)} | ${med(s, 'bytesOut').toFixed(0)} |`,
     )
   }
+  // issue 14's target at 1 in flight: 1.1x RateLimiterRedis's decisions per second
+  const theirWall = med(layers.length - 1, 'wallUs')
+  console.log(
+    `\n1.1x RateLimiterRedis's rate needs at most ${(theirWall / 1.1).toFixed(1)} µs per decision, ${(theirWall / 1.1 - floorWall).toFixed(1)} over the floor.`,
+  )
   console.log(
     `\n${ROUNDS} rounds of ${DECISIONS} decisions per layer, order rotated per round; medians. ${cpus().length} cores (${cpus()[0]?.model.trim() ?? 'unknown'}), load average ${load.toFixed(1)} at start, ${(loadavg()[0] as number).toFixed(1)} at end; redis-server ${await redis.version()}, Node ${process.version}.`,
   )
