@@ -111,6 +111,24 @@ describe('PostgreSQL synchronous hits', () => {
     assert.equal((await s.getWindow(odd, ns, start, SIZE, 'B')).own, 0.1)
   })
 
+  it('answers a lone hit that reads no other window, and one refused for its older seq, as a hit with a read would be', async () => {
+    const s = await store(4)
+    const ns = `lone-${randomUUID().slice(0, 8)}`
+    await s.pushDiffs(batch(ns, 'other', win('k', 3)))
+    await s.pushDiffs(batch(ns, 'other', win('k', 7, previous)))
+    const newer = batch(ns, 'B', win('k', 2))
+    const older = { ...newer, seq: newer.seq - 100, windows: [win('k', 1)] }
+    // one at a time, each alone on a free connection: the statement without the read
+    assert.deepEqual(counts(await s.pushDiffs(newer)), [['k', 'current', 5, 2]])
+    assert.deepEqual(counts(await s.pushDiffs(older)), [['k', 'current', 4, 1]], 'refused, answered with the count it pushed')
+    // the same key with its previous window read: the statement with the read, alike
+    assert.deepEqual(counts(await s.pushDiffs(batch(ns, 'B', win('k', 3), [ref('k')]))), [
+      ['k', 'current', 6, 3],
+      ['k', 'previous', 7, 0],
+    ])
+    assert.equal((await s.getWindow('k', ns, start, SIZE, 'B')).own, 3, 'the newest seq holds')
+  })
+
   it('admits exactly the limit of concurrent synchronous hits that share statements', async () => {
     const s = await store(2)
     const ns = `conc-${randomUUID().slice(0, 8)}`

@@ -130,9 +130,13 @@ export function hitsParams(batches: readonly DiffBatch[]): unknown[] {
   return [namespaces, nodes, seqs, keys, sizes, starts, counts, index, pushed, readKeys, readSizes, readStarts]
 }
 
-/** The statements a {@link HitSender} sends: one hit, many hits; each without and with blocks read. */
+/**
+ * The statements a {@link HitSender} sends: one hit, many hits; each without and with blocks read.
+ * `oneWrite` is `one` for a hit that reads no other window.
+ */
 export interface HitStatements {
   readonly one: Statement
+  readonly oneWrite: Statement
   readonly oneBlocks: Statement
   readonly many: Statement
   readonly manyBlocks: Statement
@@ -215,18 +219,16 @@ export class HitSender {
     const w = batch.windows[0] as WindowPush
     const r = batch.refresh[0]
     this.counted()
-    const result = await this.sessions.query('pushDiffs', readBlocks ? this.statements.oneBlocks : this.statements.one, [
-      batch.namespace,
-      batch.nodeId,
-      batch.seq,
-      encodeKey(w.key),
-      w.windowSizeMs,
-      w.windowStartMs,
-      String(w.count),
-      r === undefined ? null : encodeKey(r.key),
-      r?.windowSizeMs ?? null,
-      r?.windowStartMs ?? null,
-    ])
+    const written = [batch.namespace, batch.nodeId, batch.seq, encodeKey(w.key), w.windowSizeMs, w.windowStartMs, String(w.count)]
+    const result =
+      r === undefined && !readBlocks
+        ? await this.sessions.query('pushDiffs', this.statements.oneWrite, written)
+        : await this.sessions.query('pushDiffs', readBlocks ? this.statements.oneBlocks : this.statements.one, [
+            ...written,
+            r === undefined ? null : encodeKey(r.key),
+            r?.windowSizeMs ?? null,
+            r?.windowStartMs ?? null,
+          ])
     return answer(batch, readBlocks, (result.rows[0] ?? {}) as Record<string, unknown>)
   }
 

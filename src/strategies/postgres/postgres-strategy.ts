@@ -149,6 +149,7 @@ export class PostgresStrategy implements Strategy {
     const sc = commit === undefined ? '' : `_c${SYNCHRONOUS_COMMIT.indexOf(commit)}`
     const hits = {
       one: { name: `${id}_hit${sc}`, text: pushOneSql(this.names, undefined, commit) },
+      oneWrite: { name: `${id}_hitw${sc}`, text: pushOneSql(this.names, undefined, commit, false) },
       oneBlocks: { name: `${id}_hitr${sc}`, text: hitReadSql(this.names, commit) },
       many: { name: `${id}_hits${sc}`, text: hitsSql(this.names, false, commit) },
       manyBlocks: { name: `${id}_hitsr${sc}`, text: hitsSql(this.names, true, commit) },

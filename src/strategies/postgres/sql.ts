@@ -240,23 +240,32 @@ export interface PushExtension {
  * $1 namespace, $2 node id, $3 seq, $4 key, $5 size, $6 start, $7 count (text) of the written
  * window; $8 key, $9 size, $10 start of the read one (NULL: none). `extra` as in {@link pushSql};
  * `commit` the option `synchronousCommit` ({@link commitItem}).
+ *
+ * With `read` false, the statement of a hit that reads no other window (most hits: a key's
+ * previous window is read about once a second): $1-$7 only, and no read subquery, whose
+ * aggregate costs a plan of its own even when its parameters are NULL (about a tenth of the
+ * statement's time with commits that do not wait, docs/BENCHMARKS-postgres.md).
  */
-export function pushOneSql(names: TableNames, extra?: PushExtension, commit?: SynchronousCommit): string {
+export function pushOneSql(names: TableNames, extra?: PushExtension, commit?: SynchronousCommit, read = true): string {
+  const readColumns = read ? ', r.count AS read_count, r.own AS read_own' : ''
+  const readItem = read
+    ? `, (
+  SELECT COALESCE(sum(count), 0)::text AS count, COALESCE(sum(count) FILTER (WHERE node_id = $2), 0)::text AS own
+  FROM ${names.qualified}
+  WHERE namespace = $1 AND window_size_ms = $9 AND window_start_ms = $10 AND key = $8
+) r`
+    : ''
   return `WITH ${extra === undefined || extra.ctes === '' ? '' : `${extra.ctes}, `}up AS (
   INSERT INTO ${names.qualified} AS t (namespace, window_size_ms, window_start_ms, key, node_id, count, seq)
   VALUES ($1, $5, $6, $4, $2, $7::numeric, $3)
   ON CONFLICT (namespace, window_size_ms, window_start_ms, key, node_id)
   DO UPDATE SET count = EXCLUDED.count, seq = EXCLUDED.seq WHERE t.seq < EXCLUDED.seq
 )
-SELECT (COALESCE(o.others, 0) + $7::numeric)::text AS count, r.count AS read_count, r.own AS read_own${extra === undefined ? '' : `, ${extra.columns}`}
+SELECT (COALESCE(o.others, 0) + $7::numeric)::text AS count${readColumns}${extra === undefined ? '' : `, ${extra.columns}`}
 FROM (
   SELECT sum(count) AS others FROM ${names.qualified}
   WHERE namespace = $1 AND window_size_ms = $5 AND window_start_ms = $6 AND key = $4 AND node_id <> $2
-) o, (
-  SELECT COALESCE(sum(count), 0)::text AS count, COALESCE(sum(count) FILTER (WHERE node_id = $2), 0)::text AS own
-  FROM ${names.qualified}
-  WHERE namespace = $1 AND window_size_ms = $9 AND window_start_ms = $10 AND key = $8
-) r${extra?.joins ?? ''}${commitItem(commit)}`
+) o${readItem}${extra?.joins ?? ''}${commitItem(commit)}`
 }
 
 /** The values of the option `synchronousCommit`: those of PostgreSQL's setting. */
