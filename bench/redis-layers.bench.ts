@@ -18,8 +18,8 @@
  *   node --import tsx bench/redis-layers.bench.ts [--rounds N] [--decisions N]
  */
 import { cpus, loadavg } from 'node:os'
-import { randomUUID } from 'node:crypto'
 import { RateLimiterRedis } from 'rate-limiter-flexible'
+import { newNodeId } from '../src/core/namespace.js'
 import type { RedisStrategy as RedisStrategyClass } from '../src/strategies/redis/index.js'
 import type { LuaScript } from '../src/strategies/redis/scripts.js'
 import { median, positiveIntOption } from './lib/harness.js'
@@ -68,7 +68,7 @@ const ourShapeSha = (await floorClient.script('LOAD', "return ARGV[1] .. ' ' .. 
 const theirShapeSha = (await floorClient.script('LOAD', 'return { tonumber(ARGV[1]), 59000 }')) as string
 await rawClient.script('LOAD', SYNC_PUSH.source)
 
-const nodeId = randomUUID() // the engine's default nodeId is a random UUID too
+const nodeId = newNodeId() // as the engine's default
 const rawCount = counter()
 let rawSeq = 0
 // SYNC_PUSH's keys and arguments for a hit of `key`, as the strategy sends them

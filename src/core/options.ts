@@ -68,7 +68,7 @@ export interface NamespaceOptions {
    * @default false
    */
   blocking?: boolean
-  /** Identifies this process to the store; random by default. Must be unique per live process. */
+  /** Identifies this process to the store; random by default (16 characters). Must be unique per live process. */
   nodeId?: string
   /** Called with every store failure (the engine itself never prints). */
   onError?: (error: Error) => void
