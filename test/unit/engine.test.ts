@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import { describe, it, mock } from 'node:test'
+import { newNodeId } from '../../src/core/namespace.js'
 import * as ratelimiting from '../../src/index.js'
 import { ConfigError, createFakeClock, type DiffBatch, MemoryStrategy, RateLimiting, StoreError } from '../../src/index.js'
 
@@ -31,6 +32,28 @@ describe('namespaces and validation', () => {
     b.increment('k', 60, 1, 'api')
     assert.equal(a.slidingWindow('k', 60, undefined, 'api'), 5)
     assert.equal(b.slidingWindow('k', 60, undefined, 'api'), 1)
+  })
+
+  it('gives every namespace a random node id of 16 base64url characters unless one is set', async () => {
+    const store = new MemoryStrategy()
+    const ids: string[] = []
+    const watched = Object.assign(Object.create(store) as MemoryStrategy, {
+      pushDiffs(batch: DiffBatch) {
+        ids.push(batch.nodeId)
+        return store.pushDiffs(batch)
+      },
+    })
+    const rl = instance('node-ids')
+    for (const namespace of ['a', 'b']) rl.new({ namespace, windowSizes: [60], syncRate: 0, strategy: watched })
+    rl.new({ namespace: 'named', windowSizes: [60], syncRate: 0, strategy: watched, nodeId: 'web-1' })
+    for (const namespace of ['a', 'b', 'named']) await rl.limiter({ namespace, limits: [{ limit: 10, window: 60 }] }).hit('k')
+    await rl.close()
+    assert.match(ids[0] as string, /^[A-Za-z0-9_-]{16}$/)
+    assert.match(ids[1] as string, /^[A-Za-z0-9_-]{16}$/)
+    assert.notEqual(ids[0], ids[1])
+    assert.equal(ids[2], 'web-1')
+    const many = new Set(Array.from({ length: 10_000 }, () => newNodeId()))
+    assert.equal(many.size, 10_000)
   })
 
   it('names the option and the value of every invalid option at new()', () => {
