@@ -330,6 +330,14 @@ ${commitRows.join('\n')}
   on this machine: the 1-in-flight rows put ours and the code before it at the same rate. The
   run recorded before this one (a quieter machine, against 1030d85) had 1.00x, 2.12x and 4.69x
   RateLimiterPostgres at 1, 64 and 256 in flight; this one 0.86x, 2.21x and 4.38x.
+- **Another driver does not help at 1 in flight.** postgres.js (\`postgres\`, porsager's,
+  which pipelines) against \`pg\`, the same statements prepared, one at a time on one connection
+  (\`node --import tsx bench/postgres-drivers.bench.ts [--commit-off]\`, 9 rounds of 1,500,
+  2026-11-26, load average 0.7 to 1.0): a bare round trip 116.8 µs against 70.8 (commits that do
+  not wait) and 63.1; RateLimiterPostgres's upsert 172.7 against 147.9 and 279.5 against 263.4;
+  our hit statement 184.8 against 159.1 and 306.5 against 282.2. postgres.js spends 21 to 41 µs
+  more client CPU per statement, so \`pg\` stays the driver, and at 1 in flight the difference
+  left is the statement's: ours 7 to 8% over RateLimiterPostgres's upsert through \`pg\` in both runs.
 - Rows "before this change" run an earlier commit's code (\`--before\`, its own schema and
   table, migrated by that code), interleaved with the others in the same rounds.
 - The machine is shared with other work, so figures move by tens of percent between runs;
