@@ -1,4 +1,5 @@
 import type { Clock } from '../core/clock.js'
+import { Denials } from './denials.js'
 import { DELETE_KEY, FIXED_WINDOW_CHECK, FIXED_WINDOW_PEEK } from './lua.js'
 import type { KeyNames } from './keys.js'
 import { checkRequest, fixedWindowResult, resolveRedisOptions } from './options.js'
@@ -41,8 +42,10 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
   private readonly ttl: string
   private readonly ttlUnit: 's' | 'ms'
   private readonly options: RedisFixedWindowOptions
+  private readonly denials: Denials | undefined
 
-  constructor(options: RedisFixedWindowOptions) {
+  /** `denials` is internal: the variants of `withLimit()` share their algorithm's. */
+  constructor(options: RedisFixedWindowOptions, denials?: Denials) {
     const resolved = resolveRedisOptions(options)
     this.options = options
     this.limit = resolved.limit
@@ -55,6 +58,7 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
     // the seed's EXPIRE in seconds; PEXPIRE only for windows that are not whole seconds
     this.ttlUnit = this.windowMs % 1000 === 0 ? 's' : 'ms'
     this.ttl = String(this.ttlUnit === 's' ? this.windowMs / 1000 : this.windowMs)
+    this.denials = options.rememberDenials === false ? undefined : (denials ?? new Denials())
   }
 
   /** The key of `userId`'s bucket at `nowMs`: `<prefix>:<userId>:<floor(nowMs / windowMs)>` without a scope. */
@@ -66,16 +70,30 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
     checkRequest(userId, cost)
     const nowMs = this.clock()
     const index = Math.floor(nowMs / this.windowMs)
+    const key = this.keys.fixedWindow(userId, index)
+    // the count only grows until the window ends: a denial holds till then for this cost or more
+    const held = this.denials?.get(key, cost, this.limit, nowMs)
+    if (held !== undefined) {
+      // as the script: a denied cost counts when denials count, one above the limit never
+      if (this.countDenied && cost <= this.limit) held.count += cost
+      return fixedWindowResult(this.limit, this.windowMs, index, nowMs, held.count, false, cost)
+    }
     const [allowedFlag, count] = (await runScript(
       this.client,
       FIXED_WINDOW_CHECK,
-      [this.keys.fixedWindow(userId, index)],
+      [key],
       [cost, this.limit, this.ttl, this.ttlUnit, this.countDenied ? '1' : '0'],
       this.timeoutMs,
       'fixed window',
       2,
     )) as [number, number]
     const allowed = allowedFlag === 1
+    if (!allowed && cost <= this.limit)
+      this.denials?.set(
+        key,
+        { untilMs: (index + 1) * this.windowMs, cost, limit: this.limit, untilWindowEnd: true, count, resetAtMs: 0 },
+        nowMs,
+      )
     return fixedWindowResult(this.limit, this.windowMs, index, nowMs, count, allowed, cost)
   }
 
@@ -84,7 +102,9 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
     const nowMs = this.clock()
     const index = Math.floor(nowMs / this.windowMs)
     const key = this.keys.fixedWindow(userId, index)
-    const [count] = (await runScript(this.client, FIXED_WINDOW_PEEK, [key], [], this.timeoutMs, 'fixed window peek', 1)) as [number]
+    const [stored] = (await runScript(this.client, FIXED_WINDOW_PEEK, [key], [], this.timeoutMs, 'fixed window peek', 1)) as [number]
+    // denied requests answered here counted in this process's answers, not in Redis
+    const count = Math.max(stored, this.denials?.get(key, 1, this.limit, nowMs)?.count ?? 0)
     const allowed = count + 1 <= this.limit
     return fixedWindowResult(this.limit, this.windowMs, index, nowMs, count, allowed, 1)
   }
@@ -92,10 +112,14 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
   /** Deletes the user's current bucket (older buckets no longer count and expire by themselves). */
   async reset(userId: string): Promise<void> {
     checkRequest(userId, 1)
-    await runScript(this.client, DELETE_KEY, [this.key(userId)], ['string'], this.timeoutMs, 'fixed window reset', 1)
+    const key = this.key(userId)
+    this.denials?.delete(key)
+    await runScript(this.client, DELETE_KEY, [key], ['string'], this.timeoutMs, 'fixed window reset', 1)
+    // and again: a check sent before the reset may have been denied, and remembered, since
+    this.denials?.delete(key)
   }
 
   withLimit(limit: number): RedisFixedWindow {
-    return new RedisFixedWindow({ ...this.options, limit })
+    return new RedisFixedWindow({ ...this.options, limit }, this.denials)
   }
 }

@@ -37,6 +37,9 @@ export function resolveRedisOptions(options: RedisAlgorithmOptions): ResolvedOpt
   const timeoutMs = options.timeoutMs ?? 1000
   if (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs <= 0)
     throw new ConfigError('INVALID_OPTION', `timeoutMs must be a positive number of ms, got ${String(timeoutMs)}`)
+  const remember = options.rememberDenials as unknown
+  if (remember !== undefined && typeof remember !== 'boolean')
+    throw new ConfigError('INVALID_OPTION', `rememberDenials must be a boolean, got ${String(remember)}`)
   return { ...base, keys, timeoutMs }
 }
 

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import type { Clock } from '../core/clock.js'
+import { Denials } from './denials.js'
 import { DELETE_KEY, SLIDING_LOG_CHECK, SLIDING_LOG_PEEK } from './lua.js'
 import type { KeyNames } from './keys.js'
 import { checkRequest, remainingOf, resolveRedisOptions } from './options.js'
@@ -43,8 +44,10 @@ export class RedisSlidingLog implements RateLimitAlgorithm {
   private readonly instanceId = randomBytes(6).toString('hex')
   private seq = 0
   private readonly options: RedisSlidingLogOptions
+  private readonly denials: Denials | undefined
 
-  constructor(options: RedisSlidingLogOptions) {
+  /** `denials` is internal: the variants of `withLimit()` share their algorithm's. */
+  constructor(options: RedisSlidingLogOptions, denials?: Denials) {
     const resolved = resolveRedisOptions(options)
     this.options = options
     this.limit = resolved.limit
@@ -53,6 +56,7 @@ export class RedisSlidingLog implements RateLimitAlgorithm {
     this.keys = resolved.keys
     this.timeoutMs = resolved.timeoutMs
     this.client = options.client
+    this.denials = options.rememberDenials === false ? undefined : (denials ?? new Denials())
   }
 
   /** The key of `userId`'s log: `<prefix>:<userId>` without a scope. */
@@ -63,17 +67,26 @@ export class RedisSlidingLog implements RateLimitAlgorithm {
   async check(userId: string, cost = 1): Promise<AlgorithmResult> {
     checkRequest(userId, cost)
     const nowMs = this.clock()
+    const key = this.keys.slidingLog(userId)
+    // a denied request is not logged, and entries leave no sooner than the script says: a full
+    // log's denial of cost 1 holds, count and all, until its first entry leaves
+    const held = this.denials?.get(key, cost, this.limit, nowMs)
+    if (held !== undefined) return this.result(false, held.count, held.untilMs, held.resetAtMs, nowMs)
     const member = `${nowMs}-${this.instanceId}-${++this.seq}`
     const [allowedFlag, count, retryAt, resetAt] = (await runScript(
       this.client,
       SLIDING_LOG_CHECK,
-      [this.keys.slidingLog(userId)],
+      [key],
       [nowMs, this.windowMs, this.limit, cost, member],
       this.timeoutMs,
       'sliding log',
       4,
     )) as [number, number, number, number]
     const allowed = allowedFlag === 1
+    // only then is the answer the same until retryAt: a larger cost (or a log past its limit)
+    // waits for several entries, and the count falls as the first ones leave
+    if (!allowed && cost === 1 && count === this.limit && retryAt >= 0)
+      this.denials?.set(key, { untilMs: retryAt, cost, limit: this.limit, untilWindowEnd: false, count, resetAtMs: resetAt }, nowMs)
     return this.result(allowed, count, retryAt, resetAt, nowMs)
   }
 
@@ -94,11 +107,15 @@ export class RedisSlidingLog implements RateLimitAlgorithm {
 
   async reset(userId: string): Promise<void> {
     checkRequest(userId, 1)
-    await runScript(this.client, DELETE_KEY, [this.key(userId)], ['zset'], this.timeoutMs, 'sliding log reset', 1)
+    const key = this.key(userId)
+    this.denials?.delete(key)
+    await runScript(this.client, DELETE_KEY, [key], ['zset'], this.timeoutMs, 'sliding log reset', 1)
+    // and again: a check sent before the reset may have been denied, and remembered, since
+    this.denials?.delete(key)
   }
 
   withLimit(limit: number): RedisSlidingLog {
-    return new RedisSlidingLog({ ...this.options, limit })
+    return new RedisSlidingLog({ ...this.options, limit }, this.denials)
   }
 
   private result(allowed: boolean, count: number, retryAt: number, resetAt: number, nowMs: number): AlgorithmResult {

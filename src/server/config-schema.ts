@@ -109,6 +109,8 @@ export const CONFIG_SCHEMA = {
         schema: { type: 'string', pattern: '^[A-Za-z_][A-Za-z0-9_]{0,62}$' },
         'timeout-ms': { type: 'integer', minimum: 1, maximum: 60_000 },
         'batch-across-slots': { type: 'boolean' },
+        // redis algorithms: answer a user locally while a denial still holds (rememberDenials)
+        'remember-denials': { type: 'boolean' },
       },
     },
     // decided and counted as usual, but every answer allows (RATELIMITING_SHADOW_MODE=true too)

@@ -25,6 +25,7 @@ const STORE_KEYS_USED_BY: Record<string, readonly StoreType[]> = {
   servers: ['memcached'],
   schema: ['postgres'],
   'batch-across-slots': ['redis'],
+  'remember-denials': ['redis'],
 }
 /** A `rate-limiter.on-store-error` value: 503, admit, or deny when the store fails. */
 export type FailPolicy = (typeof FAIL_POLICIES)[number]
@@ -66,6 +67,8 @@ export interface StoreConfig {
   readonly timeoutMs: number
   /** redis with one server: a sync's script calls span hash slots (RedisStrategy's batchAcrossSlots). */
   readonly batchAcrossSlots?: boolean
+  /** redis: false to ask Redis on every request of a denied user (the algorithms' rememberDenials). */
+  readonly rememberDenials?: boolean
 }
 
 /** The `server` section. */
@@ -274,6 +277,7 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
       ...(store.schema !== undefined ? { schema: store.schema as string } : {}),
       timeoutMs: (store['timeout-ms'] as number | undefined) ?? 1000,
       ...(store['batch-across-slots'] === true ? { batchAcrossSlots: true } : {}),
+      ...(store['remember-denials'] === false ? { rememberDenials: false } : {}),
     },
     auth:
       auth === undefined

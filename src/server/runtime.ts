@@ -212,15 +212,16 @@ async function makeAlgorithm(p: PolicyConfig, config: ServiceConfig, store: Stor
     ...(p.name === 'default' ? {} : { scope: p.name }),
     hashTag: config.hashTag,
   }
+  const rememberDenials = config.store.rememberDenials !== false
   switch (p.algo) {
     case 'fixed-window-algo':
       return redis === undefined
         ? new MemoryFixedWindow({ limit: p.maxRequests, windowMs, clock })
-        : new RedisFixedWindow({ client: redis, limit: p.maxRequests, windowMs, clock, timeoutMs, ...keys })
+        : new RedisFixedWindow({ client: redis, limit: p.maxRequests, windowMs, clock, timeoutMs, rememberDenials, ...keys })
     case 'sliding-window-algo':
       return redis === undefined
         ? new MemorySlidingLog({ limit: p.maxRequests, windowMs, clock })
-        : new RedisSlidingLog({ client: redis, limit: p.maxRequests, windowMs, clock, timeoutMs, ...keys })
+        : new RedisSlidingLog({ client: redis, limit: p.maxRequests, windowMs, clock, timeoutMs, rememberDenials, ...keys })
     case 'sliding-window-counter-algo': {
       const engine = new CounterEngine({
         namespace: p.name,

@@ -268,7 +268,12 @@ store: { type: redis, url: "${SHARED_REDIS_URL}" }
         'each admitted request got its own slot',
       )
       const peek = await call(`${t.url}/v1/users/${user}?policy=${policy}`)
-      assert.equal(peek.body?.count, policy === 'fixed' ? 200 : 50)
+      if (policy === 'fixed') {
+        // the seed's INCR counts every denied request that reaches Redis; those sent after a
+        // denial came back are answered by the service without Redis (rememberDenials)
+        const count = peek.body?.count as number
+        assert.ok(count > 50 && count <= 200, `count ${count}`)
+      } else assert.equal(peek.body?.count, 50)
     })
   }
 

@@ -167,6 +167,18 @@ describe('service config', () => {
     assert.equal(ok.store.nodes?.length, 3)
   })
 
+  it('takes remember-denials on Redis, on unless set to false', () => {
+    const redis = 'store: { type: redis, url: "redis://127.0.0.1:6379"'
+    assert.equal(parseConfig(`${redis} }\n`, 'rl.yaml').store.rememberDenials, undefined)
+    assert.equal(parseConfig(`${redis}, remember-denials: false }\n`, 'rl.yaml').store.rememberDenials, false)
+    assert.equal(parseConfig(`${redis}, remember-denials: true }\n`, 'rl.yaml').store.rememberDenials, undefined)
+    assert.match(
+      issuesOf('store: { type: memory, remember-denials: false }\n')[0] as string,
+      /store\.remember-denials: is not used by store type memory/,
+    )
+    assert.match(issuesOf(`${redis}, remember-denials: "no" }\n`).join('\n'), /remember-denials/)
+  })
+
   it('takes batch-across-slots for one Redis server only', () => {
     const one = parseConfig('store: { type: redis, url: "redis://127.0.0.1:6379", batch-across-slots: true }\n', 'rl.yaml')
     assert.equal(one.store.batchAcrossSlots, true)

@@ -1,0 +1,82 @@
+/**
+ * Denials the Redis algorithms remember, so that a user who keeps trying while denied costs no
+ * Redis call until the denial can end (docs/SERVICE.md, "Denials answered locally"). A fixed
+ * window's count only grows until its window ends: a cost at least the denied one, under a limit
+ * at most the denied one, is denied until then. A full sliding log denies a request of cost 1
+ * until its first entry leaves, at the time its script reports (a denied request is not logged),
+ * and its count stays as it was till then. Only a reset could end a denial sooner, and a reset
+ * through this process forgets it. The Redis Ratelimit service of
+ * Envoy keeps such a cache of over-limit keys for the same reason.
+ */
+
+/** A remembered denial of one key. */
+export interface Denial {
+  /** When it can end, epoch ms (the clock the algorithm decides by). */
+  readonly untilMs: number
+  /** The cost denied, and the limit it was denied under. */
+  readonly cost: number
+  readonly limit: number
+  /**
+   * The fixed window's: a larger cost or a lower limit is denied until the same end, the
+   * window's. A sliding log's wait depends on both, so only the same cost and limit are answered.
+   */
+  readonly untilWindowEnd: boolean
+  /**
+   * The count the store reported with the denial; the fixed window adds the cost of each request
+   * it answers here when denied requests count, so its answers go on as Redis's would.
+   */
+  count: number
+  /** The sliding log's reset time then, epoch ms (the fixed window computes its own). */
+  readonly resetAtMs: number
+}
+
+/** The most denials remembered at once, by default. */
+export const MAX_DENIALS = 100_000
+
+/**
+ * Denials by key name, shared by an algorithm and its `withLimit()` variants (a reset through
+ * any of them forgets the key's). Bounded: when full, the denial remembered longest ago is
+ * forgotten, in constant time (a flood of denied keys must not make each one cost a sweep);
+ * forgetting one only costs its next request a Redis call. An ended denial goes when it is next
+ * read, or as the oldest.
+ */
+export class Denials {
+  private readonly entries = new Map<string, Denial>()
+  private readonly max: number
+
+  constructor(max = MAX_DENIALS) {
+    this.max = max
+  }
+
+  /** Denials held now. */
+  get size(): number {
+    return this.entries.size
+  }
+
+  /** The denial that answers a request of `cost` under `limit` at `nowMs`, if one does. */
+  get(key: string, cost: number, limit: number, nowMs: number): Denial | undefined {
+    const denial = this.entries.get(key)
+    if (denial === undefined) return undefined
+    if (nowMs >= denial.untilMs) {
+      this.entries.delete(key)
+      return undefined
+    }
+    const holds = denial.untilWindowEnd ? cost >= denial.cost && limit <= denial.limit : cost === denial.cost && limit === denial.limit
+    return holds ? denial : undefined
+  }
+
+  /** Remembers a denial the store made (a later one of the key replaces it). */
+  set(key: string, denial: Denial, nowMs: number): void {
+    if (!(denial.untilMs > nowMs) || !Number.isFinite(denial.untilMs)) return
+    if (!this.entries.delete(key) && this.entries.size >= this.max) {
+      const oldest = this.entries.keys().next()
+      if (oldest.done !== true) this.entries.delete(oldest.value)
+    }
+    this.entries.set(key, denial)
+  }
+
+  /** Forgets the denial of `key` (a reset). */
+  delete(key: string): void {
+    this.entries.delete(key)
+  }
+}
