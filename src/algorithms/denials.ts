@@ -43,6 +43,8 @@ export const MAX_DENIALS = 100_000
 export class Denials {
   private readonly entries = new Map<string, Denial>()
   private readonly max: number
+  /** Requests answered from a remembered denial so far (the Redis calls they did not make). */
+  answered = 0
 
   constructor(max = MAX_DENIALS) {
     this.max = max
@@ -53,8 +55,11 @@ export class Denials {
     return this.entries.size
   }
 
-  /** The denial that answers a request of `cost` under `limit` at `nowMs`, if one does. */
-  get(key: string, cost: number, limit: number, nowMs: number): Denial | undefined {
+  /**
+   * The denial that answers a request of `cost` under `limit` at `nowMs`, if one does; counted in
+   * {@link answered} unless `answering` is false (a read that asks Redis anyway).
+   */
+  get(key: string, cost: number, limit: number, nowMs: number, answering = true): Denial | undefined {
     const denial = this.entries.get(key)
     if (denial === undefined) return undefined
     if (nowMs >= denial.untilMs) {
@@ -62,7 +67,9 @@ export class Denials {
       return undefined
     }
     const holds = denial.untilWindowEnd ? cost >= denial.cost && limit <= denial.limit : cost === denial.cost && limit === denial.limit
-    return holds ? denial : undefined
+    if (!holds) return undefined
+    if (answering) this.answered++
+    return denial
   }
 
   /** Remembers a denial the store made (a later one of the key replaces it). */

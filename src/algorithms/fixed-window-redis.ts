@@ -104,7 +104,7 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
     const key = this.keys.fixedWindow(userId, index)
     const [stored] = (await runScript(this.client, FIXED_WINDOW_PEEK, [key], [], this.timeoutMs, 'fixed window peek', 1)) as [number]
     // denied requests answered here counted in this process's answers, not in Redis
-    const count = Math.max(stored, this.denials?.get(key, 1, this.limit, nowMs)?.count ?? 0)
+    const count = Math.max(stored, this.denials?.get(key, 1, this.limit, nowMs, false)?.count ?? 0)
     const allowed = count + 1 <= this.limit
     return fixedWindowResult(this.limit, this.windowMs, index, nowMs, count, allowed, 1)
   }
@@ -117,6 +117,11 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
     await runScript(this.client, DELETE_KEY, [key], ['string'], this.timeoutMs, 'fixed window reset', 1)
     // and again: a check sent before the reset may have been denied, and remembered, since
     this.denials?.delete(key)
+  }
+
+  /** Requests denied without a Redis call, from a denial Redis made (`rememberDenials`); its `withLimit()` variants' too. */
+  get deniedLocally(): number {
+    return this.denials?.answered ?? 0
   }
 
   withLimit(limit: number): RedisFixedWindow {

@@ -114,6 +114,11 @@ export class RedisSlidingLog implements RateLimitAlgorithm {
     this.denials?.delete(key)
   }
 
+  /** Requests denied without a Redis call, from a denial Redis made (`rememberDenials`); its `withLimit()` variants' too. */
+  get deniedLocally(): number {
+    return this.denials?.answered ?? 0
+  }
+
   withLimit(limit: number): RedisSlidingLog {
     return new RedisSlidingLog({ ...this.options, limit }, this.denials)
   }

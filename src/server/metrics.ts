@@ -99,6 +99,19 @@ export class ServiceMetrics {
       },
     })
     this.custom({
+      name: 'ratelimiting_local_denials_total',
+      help: 'Requests denied without a Redis call, from a denial Redis made earlier that still holds (store.remember-denials), by policy. Counts from the last reload.',
+      type: 'counter',
+      values: () => {
+        const values: MetricValue[] = []
+        for (const [name, policy] of current()?.policies ?? []) {
+          const denied = (policy.algorithm as { deniedLocally?: unknown }).deniedLocally
+          if (typeof denied === 'number') values.push({ labels: { policy: name }, value: denied })
+        }
+        return values
+      },
+    })
+    this.custom({
       name: 'ratelimiting_shadow_denials_total',
       help: 'Requests answered as allowed that shadow mode would have denied: by policy (HTTP API), or by domain and rule (Envoy).',
       type: 'counter',

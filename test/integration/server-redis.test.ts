@@ -277,6 +277,30 @@ store: { type: redis, url: "${SHARED_REDIS_URL}" }
     })
   }
 
+  it('answers a denied user without Redis while the denial holds, counts it in /metrics, and forgets it on a reset', async () => {
+    const left = 3_600_000 - (Date.now() % 3_600_000)
+    if (left < 10_000) await delay(left + 50)
+    const metric = async () => {
+      const text = (await fetch(`${t.url}/metrics`).then((r) => r.text())).split('\n')
+      const line = text.find((l) => l.startsWith('ratelimiting_local_denials_total{policy="fixed"}'))
+      return Number(line?.split(' ')[1] ?? Number.NaN)
+    }
+    const user = 'remembered'
+    for (let i = 0; i < 50; i++) assert.equal((await check(t.url, { userId: user, policy: 'fixed' })).status, 200)
+    const before = await metric()
+    const answers = []
+    for (let i = 0; i < 4; i++) answers.push(await check(t.url, { userId: user, policy: 'fixed' }))
+    assert.deepEqual(
+      answers.map((a) => a.status),
+      [429, 429, 429, 429],
+    )
+    assert.equal(await metric(), before + 3, 'the first denial came from Redis, the next three from the service')
+    const key = (await keysUnder(redis, `${prefix}@fixed:fixed:${user}:`))[0] as string
+    assert.equal(await redis.get(key), '51', 'Redis counted the requests that reached it')
+    assert.equal((await call(`${t.url}/v1/users/${user}?policy=fixed`, { method: 'DELETE' })).status, 204)
+    assert.equal((await check(t.url, { userId: user, policy: 'fixed' })).status, 200, 'the reset ended the denial here too')
+  })
+
   it('resets a user by deleting its key', async () => {
     await check(t.url, { userId: 'svc-2' })
     assert.equal(await redis.exists(`${prefix}:svc-2`), 1)
