@@ -118,15 +118,16 @@ export class EnvoyAlgorithms {
     const redis = this.store.redis
     const timeoutMs = this.config.store.timeoutMs
     const keys = { prefix: `${this.config.keyPrefix}~envoy`, scope, hashTag: this.config.hashTag }
+    const rememberDenials = this.config.store.rememberDenials !== false
     switch (spec.algo) {
       case 'fixed-window-algo':
         return redis === undefined
           ? new MemoryFixedWindow({ limit, windowMs, clock })
-          : new RedisFixedWindow({ client: redis, limit, windowMs, clock, timeoutMs, ...keys })
+          : new RedisFixedWindow({ client: redis, limit, windowMs, clock, timeoutMs, rememberDenials, ...keys })
       case 'sliding-window-algo':
         return redis === undefined
           ? new MemorySlidingLog({ limit, windowMs, clock })
-          : new RedisSlidingLog({ client: redis, limit, windowMs, clock, timeoutMs, ...keys })
+          : new RedisSlidingLog({ client: redis, limit, windowMs, clock, timeoutMs, rememberDenials, ...keys })
       case 'sliding-window-counter-algo': {
         const group = engineGroup(spec)
         let engine = this.engines.get(group) ?? previous?.engines.get(group)
