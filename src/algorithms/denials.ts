@@ -9,6 +9,10 @@
  * Envoy keeps such a cache of over-limit keys for the same reason.
  */
 
+import { DELETE_KEY } from './lua.js'
+import { runScript } from './redis-script.js'
+import type { RedisScriptClient } from './types.js'
+
 /** A remembered denial of one key. */
 export interface Denial {
   /** When it can end, epoch ms (the clock the algorithm decides by). */
@@ -86,4 +90,22 @@ export class Denials {
   delete(key: string): void {
     this.entries.delete(key)
   }
+}
+
+/**
+ * A reset of one key: deletes it (a Redis `type` key, checked by DELETE_KEY) and forgets its
+ * denial, before the call and again after it: a check sent before the reset may come back
+ * denied, and be remembered, while the reset is on its way.
+ */
+export async function resetKey(
+  client: RedisScriptClient,
+  denials: Denials | undefined,
+  key: string,
+  type: 'string' | 'zset',
+  timeoutMs: number,
+  what: string,
+): Promise<void> {
+  denials?.delete(key)
+  await runScript(client, DELETE_KEY, [key], [type], timeoutMs, what, 1)
+  denials?.delete(key)
 }

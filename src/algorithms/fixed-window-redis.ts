@@ -1,6 +1,6 @@
 import type { Clock } from '../core/clock.js'
-import { Denials } from './denials.js'
-import { DELETE_KEY, FIXED_WINDOW_CHECK, FIXED_WINDOW_PEEK } from './lua.js'
+import { Denials, resetKey } from './denials.js'
+import { FIXED_WINDOW_CHECK, FIXED_WINDOW_PEEK } from './lua.js'
 import type { KeyNames } from './keys.js'
 import { checkRequest, fixedWindowResult, resolveRedisOptions } from './options.js'
 import { runScript } from './redis-script.js'
@@ -112,11 +112,7 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
   /** Deletes the user's current bucket (older buckets no longer count and expire by themselves). */
   async reset(userId: string): Promise<void> {
     checkRequest(userId, 1)
-    const key = this.key(userId)
-    this.denials?.delete(key)
-    await runScript(this.client, DELETE_KEY, [key], ['string'], this.timeoutMs, 'fixed window reset', 1)
-    // and again: a check sent before the reset may have been denied, and remembered, since
-    this.denials?.delete(key)
+    await resetKey(this.client, this.denials, this.key(userId), 'string', this.timeoutMs, 'fixed window reset')
   }
 
   /** Requests denied without a Redis call, from a denial Redis made (`rememberDenials`); its `withLimit()` variants' too. */

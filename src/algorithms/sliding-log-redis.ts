@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import type { Clock } from '../core/clock.js'
-import { Denials } from './denials.js'
-import { DELETE_KEY, SLIDING_LOG_CHECK, SLIDING_LOG_PEEK } from './lua.js'
+import { Denials, resetKey } from './denials.js'
+import { SLIDING_LOG_CHECK, SLIDING_LOG_PEEK } from './lua.js'
 import type { KeyNames } from './keys.js'
 import { checkRequest, remainingOf, resolveRedisOptions } from './options.js'
 import { runScript } from './redis-script.js'
@@ -107,11 +107,7 @@ export class RedisSlidingLog implements RateLimitAlgorithm {
 
   async reset(userId: string): Promise<void> {
     checkRequest(userId, 1)
-    const key = this.key(userId)
-    this.denials?.delete(key)
-    await runScript(this.client, DELETE_KEY, [key], ['zset'], this.timeoutMs, 'sliding log reset', 1)
-    // and again: a check sent before the reset may have been denied, and remembered, since
-    this.denials?.delete(key)
+    await resetKey(this.client, this.denials, this.key(userId), 'zset', this.timeoutMs, 'sliding log reset')
   }
 
   /** Requests denied without a Redis call, from a denial Redis made (`rememberDenials`); its `withLimit()` variants' too. */
