@@ -5,8 +5,8 @@
  * at most the denied one, is denied until then. A full sliding log denies a request of cost 1
  * until its first entry leaves, at the time its script reports (a denied request is not logged),
  * and its count stays as it was till then. Only a reset could end a denial sooner, and a reset
- * through this process forgets it. The Redis Ratelimit service of
- * Envoy keeps such a cache of over-limit keys for the same reason.
+ * through this process forgets it. Envoy's ratelimit service keeps such a cache of over-limit
+ * keys for the same reason.
  */
 
 import { DELETE_KEY } from './lua.js'

@@ -91,8 +91,9 @@ export interface RedisAlgorithmOptions extends AlgorithmOptions, KeyOptions {
   readonly timeoutMs?: number
   /**
    * Answers a request locally, without a Redis call, while a denial Redis made for the same user
-   * still holds: a cost at least the denied one, before the fixed window ends or the sliding log
-   * frees room (src/algorithms/denials.ts). A user who keeps trying while denied then costs this
+   * still holds: on the fixed window a cost at least the denied one until the window ends, on the
+   * sliding log a request of cost 1 to a full log until its first entry leaves
+   * (src/algorithms/denials.ts). A user who keeps trying while denied then costs this
    * process no round trip. Only a reset ends a denial sooner: one made through this algorithm (or
    * its `withLimit()` variants) forgets it at once, one made by another process is seen when the
    * remembered denial ends. Up to 100,000 denials are remembered. @default true

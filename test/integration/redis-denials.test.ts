@@ -41,17 +41,17 @@ describe('Redis algorithms: denials answered locally', { timeout: 60_000 }, () =
     for (let i = 0; i < 3; i++) assert.equal((await fw.check('fw')).allowed, true)
     const denied = await fw.check('fw')
     assert.deepEqual([denied.allowed, denied.remaining, denied.retryAfterMs], [false, 0, 50_000])
-    const before = calls
+    const sent = calls
     clock.advance(20_000)
     for (const cost of [1, 2]) {
       const r = await fw.check('fw', cost)
       assert.deepEqual([r.allowed, r.remaining, r.retryAfterMs, r.resetMs], [false, 0, 30_000, 30_000])
     }
-    assert.equal(calls, before, 'answered without Redis')
+    assert.equal(calls, sent, 'answered without Redis')
     assert.equal(await redis.get(fw.key('fw', MINUTE + 10_000)), '4', 'Redis counted the requests it saw, not those answered here')
     clock.advance(30_000) // the next window
     assert.equal((await fw.check('fw')).allowed, true)
-    assert.equal(calls, before + 1)
+    assert.equal(calls, sent + 1)
   })
 
   it('fixed window: a reset through the algorithm or a withLimit() variant forgets the denial at once', async () => {
@@ -64,9 +64,9 @@ describe('Redis algorithms: denials answered locally', { timeout: 60_000 }, () =
     assert.equal((await fw.check('reset')).allowed, false)
     // a variant with a higher limit is not answered by the lower limit's denial; its reset is shared
     const wider = fw.withLimit(5)
-    const before = calls
+    const sent = calls
     assert.equal((await wider.check('reset')).allowed, true)
-    assert.equal(calls, before + 1)
+    assert.equal(calls, sent + 1)
     await wider.reset('reset')
     assert.equal((await fw.check('reset')).allowed, true, 'the base forgot its denial with the variant reset')
   })
@@ -85,9 +85,9 @@ describe('Redis algorithms: denials answered locally', { timeout: 60_000 }, () =
   it('with rememberDenials false, asks Redis every time and the counter counts every request (the seed INCR)', async () => {
     const clock = createFakeClock(MINUTE)
     const fw = new RedisFixedWindow({ client: counted, limit: 2, windowMs: 60_000, prefix, clock: clock.now, rememberDenials: false })
-    const before = calls
+    const sent = calls
     for (let i = 0; i < 6; i++) await fw.check('always')
-    assert.equal(calls, before + 6)
+    assert.equal(calls, sent + 6)
     assert.equal(await redis.get(fw.key('always')), '6')
   })
 
@@ -99,14 +99,14 @@ describe('Redis algorithms: denials answered locally', { timeout: 60_000 }, () =
     await log.check('log', 1) // t0 + 1 s: full; room for 1 when the first member leaves, at t0 + 10 s
     const denied = await log.check('log', 1)
     assert.deepEqual([denied.allowed, denied.retryAfterMs], [false, 9_000])
-    let before = calls
+    let sent = calls
     clock.advance(3_000)
     const again = await log.check('log', 1)
     assert.deepEqual([again.allowed, again.retryAfterMs], [false, 6_000])
-    assert.equal(calls, before, 'the same cost: answered without Redis')
+    assert.equal(calls, sent, 'the same cost: answered without Redis')
     // another cost: Redis answers it (its wait depends on other members)
-    before = calls
-    assert.deepEqual([(await log.check('log', 3)).retryAfterMs, calls], [7_000, before + 1])
+    sent = calls
+    assert.deepEqual([(await log.check('log', 3)).retryAfterMs, calls], [7_000, sent + 1])
     clock.advance(5_999) // 1 ms before the first member leaves
     assert.equal((await log.check('log', 1)).allowed, false)
     clock.advance(1)

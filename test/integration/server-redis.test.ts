@@ -287,14 +287,14 @@ store: { type: redis, url: "${SHARED_REDIS_URL}" }
     }
     const user = 'remembered'
     for (let i = 0; i < 50; i++) assert.equal((await check(t.url, { userId: user, policy: 'fixed' })).status, 200)
-    const before = await metric()
+    const localBefore = await metric()
     const answers = []
     for (let i = 0; i < 4; i++) answers.push(await check(t.url, { userId: user, policy: 'fixed' }))
     assert.deepEqual(
       answers.map((a) => a.status),
       [429, 429, 429, 429],
     )
-    assert.equal(await metric(), before + 3, 'the first denial came from Redis, the next three from the service')
+    assert.equal(await metric(), localBefore + 3, 'the first denial came from Redis, the next three from the service')
     const key = (await keysUnder(redis, `${prefix}@fixed:fixed:${user}:`))[0] as string
     assert.equal(await redis.get(key), '51', 'Redis counted the requests that reached it')
     assert.equal((await call(`${t.url}/v1/users/${user}?policy=fixed`, { method: 'DELETE' })).status, 204)
