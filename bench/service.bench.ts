@@ -46,6 +46,11 @@ const write = flag('--no-write') ? false : flag('--write') || !quick
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const builtCli = path.join(root, 'dist/server/cli.js')
 const fromSource = flag('--source') || !existsSync(builtCli)
+// --before DIR: also run the service of another checkout (DIR/dist/server/cli.js, built), with
+// its Redis algorithms' defaults, in the same rounds, to compare a change with the code before it
+const beforeAt = args.indexOf('--before')
+const beforeCli = beforeAt < 0 ? undefined : path.resolve(args[beforeAt + 1] ?? '', 'dist/server/cli.js')
+if (beforeCli !== undefined && !existsSync(beforeCli)) throw new Error(`--before: no ${beforeCli} (build that checkout first)`)
 
 const log = (line: string) => process.stderr.write(`[bench] ${line}\n`)
 
@@ -87,9 +92,9 @@ async function startBare(): Promise<Target> {
   return { name: 'bare node:http', port, child }
 }
 
-async function startService(algo: string | undefined, redisUrl?: string, rememberDenials = true): Promise<Target> {
+async function startService(algo: string | undefined, redisUrl?: string, rememberDenials = true, otherCli?: string): Promise<Target> {
   const port = await freePort()
-  const cli = fromSource ? ['--import', 'tsx', path.join(root, 'src/server/cli.ts')] : [builtCli]
+  const cli = otherCli !== undefined ? [otherCli] : fromSource ? ['--import', 'tsx', path.join(root, 'src/server/cli.ts')] : [builtCli]
   const serveArgs = ['serve', '--port', String(port), '--log-level', 'warn']
   if (algo !== undefined) {
     const file = path.join(tmpdir(), `rl-bench-${process.pid}-${algo}.yaml`)
@@ -105,7 +110,7 @@ async function startService(algo: string | undefined, redisUrl?: string, remembe
   const name =
     algo === undefined
       ? 'service (default config)'
-      : `service (${algo}${redisUrl === undefined ? '' : `, Redis${rememberDenials ? '' : ', remember-denials: false'}`})`
+      : `service (${algo}${redisUrl === undefined ? '' : `, Redis${rememberDenials ? '' : ', remember-denials: false'}`}${otherCli === undefined ? '' : ', before'})`
   return { name, port, child }
 }
 
@@ -228,7 +233,11 @@ const services: Target[] = []
 for (const algo of algos) {
   // on Redis: every decision a script call first (the floors compare with it), then the default
   if (redis !== undefined) services.push(await startService(algo, redis.url, false))
-  services.push(await startService(algo, redis?.url))
+  if (redis === undefined || !flag('--off-only')) services.push(await startService(algo, redis?.url))
+  if (redis !== undefined && beforeCli !== undefined) {
+    services.push(await startService(algo, redis.url, false, beforeCli))
+    if (!flag('--off-only')) services.push(await startService(algo, redis.url, true, beforeCli))
+  }
 }
 const targets = [bare, ...services]
 const samples = new Map<Target, Sample[]>(targets.map((t) => [t, []]))

@@ -1,4 +1,4 @@
-import { luaScript } from '../strategies/redis/scripts.js'
+import { type LuaScript, luaScript } from '../strategies/redis/scripts.js'
 
 // Every script touches exactly one key, declared in KEYS, so each runs in one Redis Cluster slot
 // whatever the user id, without a hash tag.
@@ -33,16 +33,60 @@ function withClock(deadlineArg: number, body: string): string {
 }
 
 /**
+ * A check script and its batch form: many checks, each of one key and `args` arguments, in one
+ * call (redis-script.ts sends the checks of one event-loop iteration together).
+ */
+export interface BatchableScript extends LuaScript {
+  /** KEYS one per check; ARGV the deadline, then each check's `args` arguments in turn. */
+  readonly batch: LuaScript
+  readonly args: number
+}
+
+// The batch runs the check's own body once per check, as a function of that check's KEYS and
+// ARGV, after one clock read and deadline test for all. A check that fails (a value of another
+// type the body does not handle) answers its own error, { -2, message }, and the others still
+// run, as separate calls would. Each check answers { n, its n numbers }; Redis's time comes last.
+const BATCH = `local function one(KEYS, ARGV)
+BODY
+end
+local out = {}
+local n = 0
+for i = 1, #KEYS do
+  local args = {}
+  local base = 1 + (i - 1) * ARGS
+  for j = 1, ARGS do args[j] = ARGV[base + j] end
+  local ok, r = pcall(one, {KEYS[i]}, args)
+  if not ok or r.err then
+    local e = r
+    if ok or type(e) == 'table' then e = e.err end
+    out[n + 1] = -2
+    out[n + 2] = tostring(e)
+    n = n + 2
+  else
+    out[n + 1] = #r - 1
+    for j = 1, #r - 1 do out[n + 1 + j] = r[j] end
+    n = n + #r
+  end
+end
+out[n + 1] = redisNow
+return out
+`
+
+function batchable(args: number, body: string): BatchableScript {
+  const batch = CLOCK.replace('DEADLINE', '1') + BATCH.replaceAll('ARGS', String(args)).replace('BODY', () => body.trimEnd())
+  return { ...luaScript(withClock(args + 1, body)), batch: luaScript(batch), args }
+}
+
+/**
  * Fixed window, the seed's script with a cost: `INCRBY` the bucket's string counter, `EXPIRE`
  * it for one window when this call created it, admit iff the counter is at most the limit. A
  * cost above the limit is denied without being written. KEYS[1] the bucket's key; ARGV cost,
  * limit, ttl, ttl unit ("s" | "ms"), countDenied ("1" | "0"), deadline.
  * Returns { allowed, count, redisNow } (or { -1, redisNow } past the deadline).
  */
-export const FIXED_WINDOW_CHECK = luaScript(
-  withClock(
-    6,
-    `local key = KEYS[1]
+export const FIXED_WINDOW_CHECK = batchable(
+  5,
+  `local key = KEYS[1]
 local cost = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 if cost > limit then
@@ -78,7 +122,6 @@ if ARGV[5] == '0' then
 end
 return {0, current, redisNow}
 `,
-  ),
 )
 
 /** Fixed window, read only. KEYS[1] the bucket key; ARGV deadline. Returns { count, redisNow }. */
@@ -193,10 +236,9 @@ end
  * was set when the newest member was added, so it already outlives every member by a window. KEYS[1] the log's key; ARGV nowMs, windowMs, limit,
  * cost, member, deadline. Returns { allowed, count, retryAtMs or -1, resetAtMs or -1, redisNow }.
  */
-export const SLIDING_LOG_CHECK = luaScript(
-  withClock(
-    6,
-    `local now = tonumber(ARGV[1])
+export const SLIDING_LOG_CHECK = batchable(
+  5,
+  `local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
@@ -220,7 +262,6 @@ local retry = -1
 if allowed == 0 then retry = retryAt(count, cost) end
 return {allowed, count, retry, resetAt(), redisNow}
 `,
-  ),
 )
 
 /**

@@ -2,6 +2,8 @@ import { performance } from 'node:perf_hooks'
 import { StoreError } from '../core/errors.js'
 import { deadline } from '../core/timeout.js'
 import { evalScript, type LuaScript, redisError, WriteHold } from '../strategies/redis/scripts.js'
+import type { BatchableScript } from './lua.js'
+import { batchable, readReply, type Sample, ScriptBatches } from './script-batch.js'
 import type { RedisScriptClient } from './types.js'
 
 // How much earlier than the caller's timeout a script's deadline falls on Redis's clock: the time
@@ -41,10 +43,12 @@ class RedisClockOffset {
   }
 }
 
-/** What the scripts keep per client: Redis's clock, and whether its sockets are held. */
+/** What the scripts keep per client: Redis's clock, whether its sockets are held, and its checks waiting to be batched. */
 interface ClientState {
   readonly offset: RedisClockOffset
+  readonly sample: Sample
   readonly writes: WriteHold
+  readonly batches: ScriptBatches | undefined
 }
 
 const states = new WeakMap<RedisScriptClient, ClientState>()
@@ -52,7 +56,9 @@ const states = new WeakMap<RedisScriptClient, ClientState>()
 function stateOf(client: RedisScriptClient): ClientState {
   let state = states.get(client)
   if (state === undefined) {
-    state = { offset: new RedisClockOffset(), writes: new WriteHold(client) }
+    const offset = new RedisClockOffset()
+    const sample: Sample = (sentAtMs, receivedAtMs, redisMs) => offset.sample(sentAtMs, receivedAtMs, redisMs)
+    state = { offset, sample, writes: new WriteHold(client), batches: batchable(client) ? new ScriptBatches(client, sample) : undefined }
     states.set(client, state)
   }
   return state
@@ -63,14 +69,16 @@ function stateOf(client: RedisScriptClient): ClientState {
 // callback (one per HTTP connection): corking for the tick wrote one call per request, and that
 // write syscall (a loopback TCP send, which runs Redis's side of the delivery too) was the largest
 // item of the service's CPU profile (see docs/BENCHMARKS-service.md). A lone call waits only for
-// the rest of its own iteration.
+// the rest of its own iteration. The checks (a {@link BatchableScript}) of a single server's
+// client go further: those of one iteration are one call (script-batch.ts).
 
 /**
  * Runs one of the algorithms' scripts (lua.ts): by EVALSHA, falling back to EVAL on NOSCRIPT,
  * bounded by `timeoutMs`, with the deadline appended to `args` so that Redis skips the script
  * if it only gets to run it after the caller gave up. Resolves with the reply's numbers without
  * Redis's time (which the offset learns from): at least `length` of them. Failures reject with a {@link StoreError}
- * (`STORE_UNAVAILABLE`, `STORE_TIMEOUT` or `STORE_ERROR`).
+ * (`STORE_UNAVAILABLE`, `STORE_TIMEOUT` or `STORE_ERROR`). A check of one key is batched with
+ * the others of this iteration; any other call first sends the checks made before it.
  *
  * One promise of its own, settled in the reaction to the driver's reply (the deadline is an
  * entry in core/timeout.ts's shared queue): a decision waits on two promise reactions between
@@ -78,7 +86,7 @@ function stateOf(client: RedisScriptClient): ClientState {
  */
 export function runScript(
   client: RedisScriptClient,
-  script: LuaScript,
+  script: LuaScript | BatchableScript,
   keys: readonly string[],
   args: readonly (string | number)[],
   timeoutMs: number,
@@ -86,46 +94,38 @@ export function runScript(
   length: number,
 ): Promise<number[]> {
   const state = stateOf(client)
-  const offset = state.offset
   const sentAtMs = performance.now()
-  const keysAndArgs: (string | number)[] = [...keys, ...args, offset.deadline(sentAtMs, timeoutMs)]
+  const deadlineAt = state.offset.deadline(sentAtMs, timeoutMs)
   return new Promise<number[]>((resolve, reject) => {
     let late = false
     const bound = deadline(timeoutMs, 'redis', 'script', (err) => {
       late = true
       reject(err)
     })
-    const answered = (reply: unknown): void => {
+    const done = (result: number[] | StoreError): void => {
       bound.settle()
-      // a reply after the timeout: the caller has its answer; nor is its round trip worth a sample
+      // a reply after the timeout: the caller has its answer
       if (late) return
-      try {
-        resolve(numbersOf(reply, offset, sentAtMs, what, length))
-      } catch (err) {
-        reject(err)
-      }
+      if (result instanceof StoreError) reject(result)
+      else resolve(result)
     }
-    const failed = (err: unknown): void => {
-      bound.settle()
-      reject(redisError(err))
+    const batches = state.batches
+    if ('batch' in script && batches !== undefined && keys.length === 1) {
+      batches.add(script, { key: keys[0] as string, args, deadline: deadlineAt, what, length, done })
+      return
     }
+    batches?.flush()
+    const answered = (reply: unknown): void => {
+      // nor is the round trip of a reply after the timeout worth a sample
+      done(late ? [] : readReply(reply, what, length, sentAtMs, state.sample))
+    }
+    const failed = (err: unknown): void => done(redisError(err))
     state.writes.hold()
     try {
-      void evalScript(client, script, keys.length, keysAndArgs, answered, failed)
+      void evalScript(client, script, keys.length, [...keys, ...args, deadlineAt], answered, failed)
     } catch (err) {
       failed(err)
     }
     state.writes.written()
   })
-}
-
-// The reply's numbers without Redis's time, which the offset learns from.
-function numbersOf(reply: unknown, offset: RedisClockOffset, sentAtMs: number, what: string, length: number): number[] {
-  if (!Array.isArray(reply) || reply.length < 2 || (reply.length < length + 1 && Number(reply[0]) !== -1))
-    throw new StoreError('STORE_ERROR', 'redis', `${what}: unexpected reply ${String(reply)}`)
-  const numbers = reply.map((v) => Number(v))
-  offset.sample(sentAtMs, performance.now(), numbers.pop() as number)
-  // past its deadline, Redis changed nothing; the caller has already been told of the timeout
-  if (numbers[0] === -1) throw new StoreError('STORE_TIMEOUT', 'redis', `${what}: Redis ran the script after its deadline`)
-  return numbers
 }

@@ -91,8 +91,8 @@ function corkable(client: object): Corkable[] {
 // node:timers' own setImmediate, taken when this module loads: a fake-timer library installed
 // later (sinon, Jest, node:test's mock.timers) replaces the global, not this reference, so writes
 // held by holdWrites() are released whatever a test suite fakes
-// (test/integration/redis-fake-timers.test.ts).
-const realSetImmediate: typeof setImmediate = timers.setImmediate
+// (test/integration/redis-fake-timers.test.ts). The service's batched checks are sent by it too.
+export const realSetImmediate: typeof setImmediate = timers.setImmediate
 
 // Calls held at most, per socket held: a held batch leaves once it has this many, and the rest of
 // the iteration's calls start another. Holding every call of a batch of replies until the iteration ends made a
