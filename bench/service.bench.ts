@@ -12,7 +12,10 @@
  * fixed-window-algo and sliding-window-algo on a redis-server of the bench's own, and
  * redis-benchmark running an EVALSHA of each one's script over as many connections: the floor
  * Redis itself sets), --source (run the service from src/ through tsx instead of dist/),
- * --write / --no-write (--redis writes its own section of docs/BENCHMARKS-service.md).
+ * --write / --no-write (--redis writes its own section of docs/BENCHMARKS-service.md),
+ * --before DIR (with --redis: also the service of another checkout, both settings, in the same
+ * rounds; make it with `git worktree add .tmp/before-svc <commit>`, then in it `npm ci && npm run
+ * build`), --off-only (with --redis: only the rows with remember-denials off).
  *
  * Each server runs in its own process; autocannon runs in this one. Requests cycle through 1,000
  * user ids, so the service keeps real per-user state (most are admitted, some denied: a 429 is a
@@ -310,35 +313,39 @@ const heading = onRedis
   ? '## Service on Redis: `ratelimiting serve` against a bare node:http server and redis-benchmark'
   : '## Service: `ratelimiting serve` against a bare node:http server'
 const what = onRedis
-  ? `The service runs fixed-window-algo and sliding-window-algo (the exact sliding log), 100 per 60 s, on a redis-server of the bench's own (no persistence), and answers \`POST /v1/check\` for 1,000 user ids in turn (200 or 429, both decisions). With \`remember-denials: false\` each decision is a script call; by default the service answers a user Redis denied without Redis while the denial holds (docs/SERVICE.md, "Denials answered locally"), and the last column shows how many requests still reach Redis. The bare server reads the body and answers 200 with a small JSON body. The second floor is redis-benchmark (C, ${connections} connections, \`-r 1000\` user ids) running an EVALSHA of the same script with the service's arguments, between the rounds.`
+  ? `The service runs fixed-window-algo and sliding-window-algo (the exact sliding log), 100 per 60 s, on a redis-server of the bench's own (no persistence), and answers \`POST /v1/check\` for 1,000 user ids in turn (200 or 429, both decisions). With \`remember-denials: false\` each decision goes to Redis, the checks of one event-loop turn in one script call (docs/SERVICE.md, "One call for many requests"); by default the service answers a user Redis denied without Redis while the denial holds (docs/SERVICE.md, "Denials answered locally"), and the last column shows how many requests still reach Redis. The bare server reads the body and answers 200 with a small JSON body. The second floor is redis-benchmark (C, ${connections} connections, \`-r 1000\` user ids) running an EVALSHA of the same script with the service's arguments, between the rounds.${beforeCli === undefined ? '' : ` The rows "before" run the service built in another checkout (\`--before DIR\`), in the same rounds.`}`
   : 'The service runs its built-in default config (memory store, sliding-window-algo, 100 per 60 s) and answers `POST /v1/check` for 1,000 user ids in turn (200 or 429, both decisions); the bare server reads the body and answers 200 with a small JSON body.'
 const redisNotes = [
-  'With remember-denials off every decision is one script call (EVALSHA) from the service to redis-server, and on this 2-core',
-  'machine the load generator, the service, redis-server and other work share the cores, where the bare server has neither the',
-  "call nor the Redis process. The service's Redis algorithms hold their client's socket writes until the end of the event-loop",
-  'iteration or until 16 calls are held (WriteHold in src/strategies/redis/scripts.ts): the requests of many HTTP connections leave in a',
-  'few writes, and Redis runs the first calls while the service still makes the next. Before writes were held, the write of one',
-  "call per request was the largest item of the service's CPU profile (`node --cpu-prof dist/server/cli.js serve --config",
-  '<file>` under this load: 21% of all samples, 36% of the busy ones, in writeUtf8String).',
+  'The checks of one event-loop turn leave as one script call (src/algorithms/script-batch.ts; docs/SERVICE.md, "One call for',
+  'many requests"): about 10 per call here (0.095 script calls per request with remember-denials off). Before, every check was',
+  'a call of its own, their socket writes held to the end of the turn (WriteHold, src/strategies/redis/scripts.ts). Without',
+  'HTTP, `node --import tsx bench/redis-batch.bench.ts --before=.tmp/before/src --in-flight 1,64` (the algorithms alone, 64',
+  'checks in flight as 64 connections make, every check reaching Redis; before = c7e43e1) measured 1.71x the checks per second',
+  'for the fixed window and 1.32x for the sliding log, with the client CPU per check down from 7.43 to 4.88 µs and from 12.39',
+  "to 7.62 µs, and Redis's from 6.66 to 4.11 µs and from 15.47 to 11.48 µs; at 1 in flight 0.96x and 0.95x, within the noise",
+  '(a lone check is the plain script, sent when it was before).',
+  '',
+  "In the service that saving is a part of a request's CPU, and the machine's noise is as large as the gain. With",
+  'remember-denials off, a run of only those rows (`... --off-only`, the same rounds) gave 60% of the bare server against 50%',
+  'before for the fixed window (24.8 against 30.2 µs of CPU per request) and 47% against 38% for the sliding log (31.1',
+  'against 39.2 µs). In the run above the fixed window gained as much (54% against 39%) and the sliding log nothing (46% and',
+  '46%). With the default remember-denials on, most requests here are 429s answered without Redis (0.36 and 0.31 script calls',
+  'per request before batching), so batching changes less: 52% against 53% and 59% against 50% above.',
   '',
   'Denials answered locally (`store.remember-denials`, on by default, docs/SERVICE.md): a user Redis denied is answered by the',
-  'service itself while the denial holds. Here every user goes over its limit within seconds of each minute, so in this run',
-  'the fixed window sent 0.48 script calls per request (its users are admitted again at each minute) and the sliding log 0.11,',
-  "and the service's share of the bare server rose from 58% to 62% and from 50% to 58% (the run before it, without the last",
-  'column: 56% to 64% and 50% to 57%). The share rises less than the calls fall: a 429 answered locally still costs its HTTP',
-  "work, most of a request's CPU here. The saving is mostly Redis's: a user who keeps trying while denied costs the Redis that",
+  'service itself while the denial holds. Here every user goes over its limit within seconds of each minute. In the run that',
+  'introduced them (before batching), the fixed window sent 0.48 script calls per request and the sliding log 0.11, and the',
+  "service's share of the bare server rose from 58% to 62% and from 50% to 58%. A 429 answered locally still costs its HTTP",
+  "work, most of a request's CPU here; the saving is mostly Redis's: a user who keeps trying while denied costs the Redis that",
   'every instance shares no call until the denial ends.',
   '',
   'What bounds the share: the CPU column. The bare server spends its CPU per request on HTTP alone; the service also parses and',
-  "validates the JSON body, decides, makes the script call through ioredis (its command object, the socket write, the reply's",
-  "decoding) and writes a JSON answer, and redis-server runs the script on the same two cores. The share of the bare server's",
-  'requests per second follows the share of its CPU per request, lowest on a quiet machine, where the bare server runs fastest:',
-  'the first run of this command on 2026-11-26 (nothing else running), before the held writes left in parts, gave 59% and',
-  '51% (bare node:http 45,878 req/s at 18.6 µs of CPU each, the service 30.6 and 33.1 µs); the run recorded before it, with the',
-  'machine under load (average 5.9), 78% and 59%, since a busy machine slows the bare server more than the service. So the',
-  "fixed window met the 70% target only under load, and the sliding log not at all: the service's own code is a few µs of the",
-  '29 to 33 (JSON, validation, decision and answer in the profile), and the rest, HTTP and the Redis client, is work the bare',
-  'server does not do.',
+  'validates the JSON body, decides, sends the check to Redis through ioredis and reads its answer, writes two RateLimit headers',
+  'and a JSON answer, and redis-server runs the script on the same two cores. Under `perf record -g` during this load (fixed',
+  "window, remember-denials on, batched), ioredis, the algorithm and the batching are about 8% of the service's samples; writing the",
+  "response (node's http, the socket's writev) is 25% and parsing the request 11%, work the bare server does too, for a",
+  'smaller answer. The share of the bare server follows the share of its CPU per request, and is lowest on a quiet machine,',
+  'where the bare server runs fastest (a run under load, average 5.9, once gave the fixed window 78%).',
   '',
 ]
 const lines = [
