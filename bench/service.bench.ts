@@ -88,6 +88,33 @@ http.createServer((req, res) => {
 }).listen(Number(process.argv[1]), '127.0.0.1')
 `
 
+// A node:http server shaped as the service's answer, without deciding: it reads the body as the
+// service does (chunks, JSON.parse) and answers its headers (two RateLimit fields) and a JSON body
+// of the same fields. Between the bare server and this one is what the answer's shape costs;
+// between this one and the service, the service's own work.
+const SHAPED_SERVER = `
+const http = require('node:http')
+http.createServer((req, res) => {
+  const chunks = []
+  req.on('data', (c) => chunks.push(c))
+  req.on('end', () => {
+    const text = Buffer.concat(chunks).toString('utf8')
+    const input = text === '' ? {} : JSON.parse(text)
+    const body = JSON.stringify({ allowed: true, count: 1, limit: 100, remaining: 99, resetMs: 55063, retryAfterMs: 0, reason: 'limit' })
+    const headers = ['RateLimit-Policy', '"default";q=100;w=60', 'RateLimit', '"default";r=99;t=' + String(input.userId).length]
+    res.writeHead(200, [...headers, 'content-type', 'application/json', 'content-length', String(body.length)])
+    res.end(body)
+  })
+}).listen(Number(process.argv[1]), '127.0.0.1')
+`
+
+async function startShaped(): Promise<Target> {
+  const port = await freePort()
+  const child = spawn(process.execPath, ['-e', SHAPED_SERVER, String(port)], { stdio: 'ignore' })
+  await waitForHealth(`http://127.0.0.1:${port}/`)
+  return { name: "node:http shaped as the service's answer", port, child }
+}
+
 async function startBare(): Promise<Target> {
   const port = await freePort()
   const child = spawn(process.execPath, ['-e', BARE_SERVER, String(port)], { stdio: 'ignore' })
@@ -232,6 +259,7 @@ const started = Date.now()
 log(`${rounds} round(s) of ${durationSec} s, ${connections} connections, service from ${fromSource ? 'src/ (tsx)' : 'dist/'}`)
 
 const bare = await startBare()
+const shaped = await startShaped()
 const services: Target[] = []
 for (const algo of algos) {
   // on Redis: every decision a script call first (the floors compare with it), then the default
@@ -242,7 +270,7 @@ for (const algo of algos) {
     if (!flag('--off-only')) services.push(await startService(algo, redis.url, true, beforeCli))
   }
 }
-const targets = [bare, ...services]
+const targets = [bare, shaped, ...services]
 const samples = new Map<Target, Sample[]>(targets.map((t) => [t, []]))
 try {
   // warm-up: JIT and connection setup, not measured
@@ -308,13 +336,27 @@ const floorRows = floors.map((f) => {
   return `| redis-benchmark, EVALSHA of ${f.name}'s script | ${Math.round(rps).toLocaleString('en-US')} | ${pct(rps / bareRps)} | ${service === undefined ? 'n/a' : pct(service.rps / rps)} | ${median(f.p99)} ms |`
 })
 
+// with --before: each service against the same service built before, round by round
+const beforeRows = rows.flatMap((row, i) => {
+  const target = targets[i] as Target
+  if (!row.name.endsWith(', before)')) return []
+  const mine = targets.find((t) => t.name === row.name.replace(', before)', ')'))
+  const theirs = samples.get(target) ?? []
+  const ours = mine === undefined ? [] : (samples.get(mine) ?? [])
+  if (ours.length === 0) return []
+  const ratios = ours.map((s, r) => s.rps / (theirs[r]?.rps ?? Number.NaN))
+  const cpu = ours.map((s, r) => s.cpuUs / (theirs[r]?.cpuUs ?? Number.NaN))
+  const range = `${Math.min(...ratios).toFixed(2)}x to ${Math.max(...ratios).toFixed(2)}x`
+  return [`| ${mine?.name ?? ''} | ${median(ratios).toFixed(2)}x | ${range} | ${median(cpu).toFixed(2)}x |`]
+})
+
 const command = ['node', ...process.execArgv, path.relative(root, fileURLToPath(import.meta.url)), ...args].join(' ')
 const heading = onRedis
   ? '## Service on Redis: `ratelimiting serve` against a bare node:http server and redis-benchmark'
   : '## Service: `ratelimiting serve` against a bare node:http server'
 const what = onRedis
-  ? `The service runs fixed-window-algo and sliding-window-algo (the exact sliding log), 100 per 60 s, on a redis-server of the bench's own (no persistence), and answers \`POST /v1/check\` for 1,000 user ids in turn (200 or 429, both decisions). With \`remember-denials: false\` each decision goes to Redis, the checks of one event-loop turn in one script call (docs/SERVICE.md, "One call for many requests"); by default the service answers a user Redis denied without Redis while the denial holds (docs/SERVICE.md, "Denials answered locally"), and the last column shows how many requests still reach Redis. The bare server reads the body and answers 200 with a small JSON body. The second floor is redis-benchmark (C, ${connections} connections, \`-r 1000\` user ids) running an EVALSHA of the same script with the service's arguments, between the rounds.${beforeCli === undefined ? '' : ` The rows "before" run the service built in another checkout (\`--before DIR\`), in the same rounds.`}`
-  : 'The service runs its built-in default config (memory store, sliding-window-algo, 100 per 60 s) and answers `POST /v1/check` for 1,000 user ids in turn (200 or 429, both decisions); the bare server reads the body and answers 200 with a small JSON body.'
+  ? `The service runs fixed-window-algo and sliding-window-algo (the exact sliding log), 100 per 60 s, on a redis-server of the bench's own (no persistence), and answers \`POST /v1/check\` for 1,000 user ids in turn (200 or 429, both decisions). With \`remember-denials: false\` each decision goes to Redis, the checks of one event-loop turn in one script call (docs/SERVICE.md, "One call for many requests"); by default the service answers a user Redis denied without Redis while the denial holds (docs/SERVICE.md, "Denials answered locally"), and the last column shows how many requests still reach Redis. The bare server reads the body and answers 200 with a small JSON body; the shaped one also parses it and answers the service's headers and a body of its fields, without deciding. The second floor is redis-benchmark (C, ${connections} connections, \`-r 1000\` user ids) running an EVALSHA of the same script with the service's arguments, between the rounds.${beforeCli === undefined ? '' : ` The rows "before" run the service built in another checkout (\`--before DIR\`), in the same rounds.`}`
+  : "The service runs its built-in default config (memory store, sliding-window-algo, 100 per 60 s) and answers `POST /v1/check` for 1,000 user ids in turn (200 or 429, both decisions); the bare server reads the body and answers 200 with a small JSON body; the shaped one also parses it and answers the service's headers and a body of its fields, without deciding."
 const redisNotes = [
   'The checks of one event-loop turn leave as one script call (src/algorithms/script-batch.ts; docs/SERVICE.md, "One call for',
   'many requests"): about 10 per call here (0.095 script calls per request with remember-denials off). Before, every check was',
@@ -325,12 +367,17 @@ const redisNotes = [
   "to 7.62 µs, and Redis's from 6.66 to 4.11 µs and from 15.47 to 11.48 µs; at 1 in flight 0.96x and 0.95x, within the noise",
   '(a lone check is the plain script, sent when it was before).',
   '',
-  "In the service that saving is a part of a request's CPU, and the machine's noise is as large as the gain. With",
-  'remember-denials off, a run of only those rows (`... --off-only`, the same rounds) gave 60% of the bare server against 50%',
-  'before for the fixed window (24.8 against 30.2 µs of CPU per request) and 47% against 38% for the sliding log (31.1',
-  'against 39.2 µs). In the run above the fixed window gained as much (54% against 39%) and the sliding log nothing (46% and',
-  '46%). With the default remember-denials on, most requests here are 429s answered without Redis (0.36 and 0.31 script calls',
-  'per request before batching), so batching changes less: 52% against 53% and 59% against 50% above.',
+  "In the service the saving is a part of a request's CPU, and this shared machine's noise is as large as the gain. The last",
+  'table pairs each round of a service with the same service built before batching (c7e43e1), so that both see the same load.',
+  'A run of the remember-denials-off rows alone (`... --off-only --rounds 9 --duration 3`) gave the fixed window 1.15x the',
+  'requests per second of the code before (per-round ratios 0.85x to 1.59x) at 0.83x the CPU per request, and the sliding log',
+  '1.00x (0.88x to 1.18x) at 0.98x: its checks cost Redis more (11.5 µs each batched, against 4.1 for the fixed window, in the',
+  'bench without HTTP), and a request more of everything else. With the default remember-denials on, most requests here are',
+  '429s answered without Redis, and batching changes less.',
+  '',
+  'The shaped server measures what the answer costs without any deciding: the same headers and JSON body, the request parsed.',
+  'Between it and the bare server is HTTP work any service that answers with RateLimit headers and a JSON body pays; between',
+  "it and the service, the service's own work, Redis's included.",
   '',
   'Denials answered locally (`store.remember-denials`, on by default, docs/SERVICE.md): a user Redis denied is answered by the',
   'service itself while the denial holds. Here every user goes over its limit within seconds of each minute. In the run that',
@@ -368,6 +415,14 @@ const lines = [
         '| floor | req/s (median) | share of bare | the service / this floor | p99 latency |',
         '|---|---:|---:|---:|---:|',
         ...floorRows,
+        '',
+      ]),
+  ...(beforeRows.length === 0
+    ? []
+    : [
+        '| this checkout against before, same rounds | req/s, median of per-round ratios | per-round ratios, range | CPU per request, median of per-round ratios |',
+        '|---|---:|---:|---:|',
+        ...beforeRows,
         '',
       ]),
   ...(onRedis ? redisNotes : []),
