@@ -16,7 +16,17 @@ import { Cluster, Redis } from 'ioredis'
 import { runCli } from '../../src/server/cli-main.js'
 import { type Message, rlsClient } from '../support/envoy-client.js'
 import { sharedClusterPorts } from '../support/redis-server.js'
-import { deleteKeys, keysUnder, root, SHARED_REDIS_URL, startTestService, type TestService, uniquePrefix, until } from './server-helpers.js'
+import {
+  deleteKeys,
+  keysUnder,
+  root,
+  SHARED_REDIS_URL,
+  startOwnRedis,
+  startTestService,
+  type TestService,
+  uniquePrefix,
+  until,
+} from './server-helpers.js'
 
 const healthDefinition = loadSync('health/v1/health.proto', {
   includeDirs: [path.join(root, 'node_modules/grpc-health-check/proto')],
@@ -303,6 +313,73 @@ behavesAsTheReference('redis cluster', async () => {
       cluster.disconnect()
     },
   }
+})
+
+describe("ShouldRateLimit on a Redis of the test's own: one script call per request", () => {
+  // INFO commandstats of a redis-server no other test uses: the script calls one request makes
+  const scriptCalls = async (redis: Redis): Promise<number> => {
+    const stats = await redis.info('commandstats')
+    let calls = 0
+    for (const m of stats.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)) calls += Number(m[1])
+    return calls
+  }
+
+  it('the descriptors of one request that share a rule algorithm are counted in one call, each as alone', async () => {
+    const own = await startOwnRedis()
+    const redis = new Redis(own.url)
+    const gw = await startGateway(`store: { type: redis, url: "${own.url}", remember-denials: false }`)
+    try {
+      const request = {
+        domain: 'edge',
+        descriptors: [
+          entries('remote_address', 'batched'),
+          entries('user', 'batched'),
+          entries('api_key', 'k', 'method', 'POST'),
+          entries('log_rule', 'batched'),
+        ],
+      }
+      // the first request also loads the scripts (NOSCRIPT, then EVAL): not counted
+      await gw.client.call({
+        domain: 'edge',
+        descriptors: [
+          entries('remote_address', 'warm'),
+          entries('user', 'warm'),
+          entries('api_key', 'w', 'method', 'POST'),
+          entries('log_rule', 'warm'),
+        ],
+      })
+      const answers: Message[] = []
+      const calls: number[] = []
+      for (let i = 0; i < 2; i++) {
+        const before = await scriptCalls(redis)
+        answers.push(await gw.client.call(request))
+        calls.push((await scriptCalls(redis)) - before)
+      }
+      // three fixed-window rules in one call, the sliding-log rule in another
+      assert.deepEqual(calls, [2, 2])
+      assert.deepEqual(
+        answers.map((a) => a.statuses.map((st: Message) => [st.code, st.limit_remaining])),
+        [
+          [
+            ['OK', 2],
+            ['OK', 0],
+            ['OK', 1],
+            ['OK', 1],
+          ],
+          [
+            ['OK', 1],
+            ['OVER_LIMIT', 0],
+            ['OK', 0],
+            ['OK', 0],
+          ],
+        ],
+      )
+    } finally {
+      await gw.close()
+      redis.disconnect()
+      await own.kill()
+    }
+  })
 })
 
 describe('the gateway around ShouldRateLimit', () => {
