@@ -26,10 +26,16 @@ export interface Denial {
    */
   readonly untilWindowEnd: boolean
   /**
-   * The count the store reported with the denial; the fixed window adds the cost of each request
-   * it answers here when denied requests count, so its answers go on as Redis's would.
+   * The count the store reported with the denial, plus {@link local}: the fixed window adds the
+   * cost of each request it answers here when denied requests count, so its answers go on as
+   * Redis's would.
    */
   count: number
+  /**
+   * The costs answered here so far in this window, which Redis never saw: a later denial of the
+   * key from Redis (a request sent before this one was known) keeps them in its count.
+   */
+  local: number
   /** The sliding log's reset time then, epoch ms (the fixed window computes its own). */
   readonly resetAtMs: number
 }
@@ -76,9 +82,23 @@ export class Denials {
     return denial
   }
 
-  /** Remembers a denial the store made (a later one of the key replaces it). */
+  /** The costs of `key` answered here in its window so far, which the store never counted (see {@link Denial.local}). */
+  local(key: string, nowMs: number): number {
+    const denial = this.entries.get(key)
+    return denial === undefined || nowMs >= denial.untilMs ? 0 : denial.local
+  }
+
+  /**
+   * Remembers a denial the store made. A later one of the key replaces it, with the costs
+   * answered here added to the store's count: the store never counted them.
+   */
   set(key: string, denial: Denial, nowMs: number): void {
     if (!(denial.untilMs > nowMs) || !Number.isFinite(denial.untilMs)) return
+    const previous = this.entries.get(key)
+    if (previous !== undefined && previous.local > 0) {
+      denial.local += previous.local
+      denial.count += previous.local
+    }
     if (!this.entries.delete(key) && this.entries.size >= this.max) {
       const oldest = this.entries.keys().next()
       if (oldest.done !== true) this.entries.delete(oldest.value)

@@ -75,7 +75,10 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
     const held = this.denials?.get(key, cost, this.limit, nowMs)
     if (held !== undefined) {
       // as the script: a denied cost counts when denials count, one above the limit never
-      if (this.countDenied && cost <= this.limit) held.count += cost
+      if (this.countDenied && cost <= this.limit) {
+        held.count += cost
+        held.local += cost
+      }
       return fixedWindowResult(this.limit, this.windowMs, index, nowMs, held.count, false, cost)
     }
     const [allowedFlag, count] = (await runScript(
@@ -88,10 +91,19 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
       2,
     )) as [number, number]
     const allowed = allowedFlag === 1
+    // a denied cost that counts leaves the count above the limit: every cost is denied after it
     if (!allowed && cost <= this.limit)
       this.denials?.set(
         key,
-        { untilMs: (index + 1) * this.windowMs, cost, limit: this.limit, untilWindowEnd: true, count, resetAtMs: 0 },
+        {
+          untilMs: (index + 1) * this.windowMs,
+          cost: this.countDenied ? 1 : cost,
+          limit: this.limit,
+          untilWindowEnd: true,
+          count,
+          local: 0,
+          resetAtMs: 0,
+        },
         nowMs,
       )
     return fixedWindowResult(this.limit, this.windowMs, index, nowMs, count, allowed, cost)
@@ -102,9 +114,11 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
     const nowMs = this.clock()
     const index = Math.floor(nowMs / this.windowMs)
     const key = this.keys.fixedWindow(userId, index)
+    // denied requests answered here count in this process's answers, not in Redis: those answered
+    // before this read (Redis runs the checks sent before it first)
+    const local = this.denials?.local(key, nowMs) ?? 0
     const [stored] = (await runScript(this.client, FIXED_WINDOW_PEEK, [key], [], this.timeoutMs, 'fixed window peek', 1)) as [number]
-    // denied requests answered here counted in this process's answers, not in Redis
-    const count = Math.max(stored, this.denials?.get(key, 1, this.limit, nowMs, false)?.count ?? 0)
+    const count = stored + local
     const allowed = count + 1 <= this.limit
     return fixedWindowResult(this.limit, this.windowMs, index, nowMs, count, allowed, 1)
   }

@@ -86,7 +86,11 @@ export class RedisSlidingLog implements RateLimitAlgorithm {
     // only then is the answer the same until retryAt: a larger cost (or a log past its limit)
     // waits for several entries, and the count falls as the first ones leave
     if (!allowed && cost === 1 && count === this.limit && retryAt >= 0)
-      this.denials?.set(key, { untilMs: retryAt, cost, limit: this.limit, untilWindowEnd: false, count, resetAtMs: resetAt }, nowMs)
+      this.denials?.set(
+        key,
+        { untilMs: retryAt, cost, limit: this.limit, untilWindowEnd: false, count, local: 0, resetAtMs: resetAt },
+        nowMs,
+      )
     return this.result(allowed, count, retryAt, resetAt, nowMs)
   }
 

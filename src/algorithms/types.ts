@@ -85,14 +85,19 @@ export type RedisScriptClient = ScriptClient
  * `<prefix>@<scope>:fixed:<userId>:<window>` with a `scope` (see {@link KeyOptions}).
  */
 export interface RedisAlgorithmOptions extends AlgorithmOptions, KeyOptions {
-  /** An ioredis `Redis` or `Cluster` (or anything with `evalsha` and `eval`). Never closed by the algorithm. */
+  /**
+   * An ioredis `Redis` or `Cluster` (or anything with `evalsha` and `eval`). Never closed by the
+   * algorithm. On a single server's client, the checks of one event-loop turn share a script call
+   * (src/algorithms/script-batch.ts).
+   */
   readonly client: RedisScriptClient
   /** Longest wait for one Redis call, ms; a slower call rejects with a STORE_TIMEOUT StoreError. @default 1000 */
   readonly timeoutMs?: number
   /**
    * Answers a request locally, without a Redis call, while a denial Redis made for the same user
-   * still holds: on the fixed window a cost at least the denied one until the window ends, on the
-   * sliding log a request of cost 1 to a full log until its first entry leaves
+   * still holds: on the fixed window until the window ends, every cost when denied requests
+   * count (`countDenied`, the count is then above the limit) and otherwise a cost at least the
+   * denied one; on the sliding log a request of cost 1 to a full log until its first entry leaves
    * (src/algorithms/denials.ts). A user who keeps trying while denied then costs this
    * process no round trip. Only a reset ends a denial sooner: one made through this algorithm (or
    * its `withLimit()` variants) forgets it at once, one made by another process is seen when the

@@ -9,8 +9,15 @@ import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { after, before, describe, it } from 'node:test'
 import { Cluster, Redis } from 'ioredis'
-import { RedisFixedWindow, RedisSlidingLog } from '../../src/algorithms/index.js'
+import {
+  MemoryFixedWindow,
+  MemorySlidingLog,
+  type RateLimitAlgorithm,
+  RedisFixedWindow,
+  RedisSlidingLog,
+} from '../../src/algorithms/index.js'
 import { FIXED_WINDOW_CHECK } from '../../src/algorithms/lua.js'
+import { createFakeClock } from '../../src/core/clock.js'
 import { StoreError } from '../../src/core/errors.js'
 import { sharedClusterPorts, sharedRedisUrl } from '../support/redis-server.js'
 import { type OwnRedis, startOwnRedis, until } from './server-helpers.js'
@@ -156,6 +163,51 @@ describe("the service's checks, batched", { timeout: 60_000 }, () => {
     await reset
     assert.equal((await fixed.check('reset-after')).count, 1)
   })
+
+  for (const rememberDenials of [true, false])
+    it(`answers batches of random checks and reads as the memory versions answer them one by one (remember-denials ${rememberDenials ? 'on' : 'off'})`, async () => {
+      const { client, sent } = await recordingClient(new Redis(url))
+      const clock = createFakeClock(T0)
+      const options = { limit: 7, windowMs: 5_000, clock: clock.now }
+      const redisOptions = { ...options, client, rememberDenials }
+      const pairs: Array<[string, RateLimitAlgorithm, RateLimitAlgorithm]> = [
+        [
+          'fixed window',
+          new MemoryFixedWindow(options),
+          new RedisFixedWindow({ ...redisOptions, prefix: `${prefix}-random-fw-${rememberDenials}` }),
+        ],
+        [
+          'sliding log',
+          new MemorySlidingLog(options),
+          new RedisSlidingLog({ ...redisOptions, prefix: `${prefix}-random-log-${rememberDenials}` }),
+        ],
+      ]
+      let seed = 7
+      const random = () => {
+        seed = (seed * 1_103_515_245 + 12_345) % 2_147_483_648
+        return seed / 2_147_483_648
+      }
+      for (let step = 0; step < 60; step++) {
+        clock.advance(Math.floor(random() * 900))
+        // one event-loop turn's worth: checks of three users with mixed costs, and reads among them
+        const group = Array.from({ length: 1 + Math.floor(random() * 24) }, () => ({
+          user: `random-${Math.floor(random() * 3)}`,
+          cost: random() < 0.8 ? 1 : 1 + Math.floor(random() * 8),
+          peek: random() < 0.15,
+        }))
+        for (const [name, memory, onRedis] of pairs) {
+          const ask = (a: RateLimitAlgorithm, g: (typeof group)[number]) => (g.peek ? a.peek(g.user) : a.check(g.user, g.cost))
+          const actual = await Promise.all(group.map((g) => ask(onRedis, g)))
+          const expected = []
+          for (const g of group) expected.push(await ask(memory, g))
+          assert.deepEqual(actual, expected, `${name}, step ${step}`)
+        }
+      }
+      assert.ok(
+        sent.some((s) => s.keys > 1),
+        'some checks left in batches',
+      )
+    })
 
   it('leaves a Cluster client one call per check (the keys of a script must share a slot)', async () => {
     const ports = await sharedClusterPorts()

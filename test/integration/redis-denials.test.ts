@@ -115,7 +115,7 @@ describe('Redis algorithms: denials answered locally', { timeout: 60_000 }, () =
 
   it('keeps at most the denials it is given room for, forgetting the oldest first', () => {
     const denials = new Denials(2)
-    const denial = (untilMs: number) => ({ untilMs, cost: 1, limit: 1, untilWindowEnd: true, count: 2, resetAtMs: 0 })
+    const denial = (untilMs: number) => ({ untilMs, cost: 1, limit: 1, untilWindowEnd: true, count: 2, local: 0, resetAtMs: 0 })
     denials.set('a', denial(100), 0)
     denials.set('b', denial(100), 0)
     denials.set('c', denial(100), 0)
