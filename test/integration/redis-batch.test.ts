@@ -19,8 +19,9 @@ import {
 import { FIXED_WINDOW_CHECK } from '../../src/algorithms/lua.js'
 import { createFakeClock } from '../../src/core/clock.js'
 import { StoreError } from '../../src/core/errors.js'
-import { sharedClusterPorts, sharedRedisUrl } from '../support/redis-server.js'
+import { deleteTestKeys, sharedClusterPorts, sharedRedisUrl } from '../support/redis-server.js'
 import { type OwnRedis, startOwnRedis, until } from './server-helpers.js'
+import { seededRandom } from '../support/random.js'
 
 const prefix = `rltest-batch-${randomUUID().slice(0, 8)}`
 const url = await sharedRedisUrl()
@@ -28,17 +29,7 @@ const clients: (Redis | Cluster)[] = []
 const T0 = 1_800_000_000_000
 const clock = (): number => T0
 
-after(async () => {
-  const admin = new Redis(url)
-  const names = await admin.keys(`${prefix}*`)
-  if (names.length > 0) await admin.unlink(...names)
-  admin.disconnect()
-  for (const c of clients) {
-    if (c instanceof Cluster)
-      for (const node of c.nodes('master')) for (const name of await node.keys(`${prefix}*`)) await node.unlink(name)
-    c.disconnect()
-  }
-})
+after(() => deleteTestKeys(url, prefix, clients))
 
 interface Sent {
   sha: string
@@ -182,11 +173,7 @@ describe("the service's checks, batched", { timeout: 60_000 }, () => {
           new RedisSlidingLog({ ...redisOptions, prefix: `${prefix}-random-log-${rememberDenials}` }),
         ],
       ]
-      let seed = 7
-      const random = () => {
-        seed = (seed * 1_103_515_245 + 12_345) % 2_147_483_648
-        return seed / 2_147_483_648
-      }
+      const random = seededRandom(7)
       for (let step = 0; step < 60; step++) {
         clock.advance(Math.floor(random() * 900))
         // one event-loop turn's worth: checks of three users with mixed costs, and reads among them

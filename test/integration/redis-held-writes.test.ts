@@ -14,24 +14,13 @@ import { after, describe, it } from 'node:test'
 import { Cluster, Redis } from 'ioredis'
 import { RedisFixedWindow } from '../../src/algorithms/index.js'
 import { RedisStrategy } from '../../src/strategies/redis/index.js'
-import { sharedClusterPorts, sharedRedisUrl } from '../support/redis-server.js'
+import { deleteTestKeys, sharedClusterPorts, sharedRedisUrl } from '../support/redis-server.js'
 
 const prefix = `rltest-held-${randomUUID().slice(0, 8)}`
 const url = await sharedRedisUrl()
 const clients: (Redis | Cluster)[] = []
 
-after(async () => {
-  const admin = new Redis(url)
-  const names = await admin.keys(`${prefix}*`)
-  if (names.length > 0) await admin.unlink(...names)
-  admin.disconnect()
-  for (const c of clients) {
-    // the cluster's keys, master by master (one slot each: deleted one by one)
-    if (c instanceof Cluster)
-      for (const node of c.nodes('master')) for (const name of await node.keys(`${prefix}*`)) await node.unlink(name)
-    c.disconnect()
-  }
-})
+after(() => deleteTestKeys(url, prefix, clients))
 
 async function readyClient(): Promise<Redis & { stream: { writableCorked: number } }> {
   const client = new Redis(url)

@@ -21,6 +21,7 @@ import {
   type TestService,
   uniquePrefix,
 } from './server-helpers.js'
+import { seededRandom } from '../support/random.js'
 
 const MINUTE = 1_699_999_980_000
 
@@ -192,11 +193,7 @@ describe('seed algorithms on Redis', { timeout: 60_000 }, () => {
         }),
       ],
     ]
-    let seed = 42
-    const random = () => {
-      seed = (seed * 1_103_515_245 + 12_345) % 2_147_483_648
-      return seed / 2_147_483_648
-    }
+    const random = seededRandom(42)
     for (let step = 0; step < 150; step++) {
       clock.advance(Math.floor(random() * 700))
       const cost = random() < 0.8 ? 1 : 1 + Math.floor(random() * 8)

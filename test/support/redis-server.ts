@@ -11,6 +11,7 @@ import net from 'node:net'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
+import { Cluster, Redis } from 'ioredis'
 import { freePort } from '../../src/testing/tcp-proxy.js'
 
 const run = promisify(execFile)
@@ -207,4 +208,21 @@ export async function sharedRedisUrl(): Promise<string> {
   if ((await rawCommand(port, 'PING')) !== '+PONG\r\n')
     throw new Error(`no Redis on 127.0.0.1:${port}: start it (service redis-server start) or install it (${INSTALL_HINT})`)
   return `redis://127.0.0.1:${port}`
+}
+
+/**
+ * A test file's clean-up on the shared servers: deletes the keys under `prefix` on the shared
+ * Redis at `url`, and on each master of every cluster client among `clients` (key by key: one
+ * slot each), then disconnects the clients.
+ */
+export async function deleteTestKeys(url: string, prefix: string, clients: readonly (Redis | Cluster)[]): Promise<void> {
+  const admin = new Redis(url)
+  const names = await admin.keys(`${prefix}*`)
+  if (names.length > 0) await admin.unlink(...names)
+  admin.disconnect()
+  for (const c of clients) {
+    if (c instanceof Cluster)
+      for (const node of c.nodes('master')) for (const name of await node.keys(`${prefix}*`)) await node.unlink(name)
+    c.disconnect()
+  }
 }
