@@ -72,7 +72,7 @@ out[n + 1] = redisNow
 return out
 `
 
-function batchable(args: number, body: string): BatchableScript {
+function withBatch(args: number, body: string): BatchableScript {
   const batch = CLOCK.replace('DEADLINE', '1') + BATCH.replaceAll('ARGS', String(args)).replace('BODY', () => body.trimEnd())
   return { ...luaScript(withClock(args + 1, body)), batch: luaScript(batch), args }
 }
@@ -84,7 +84,7 @@ function batchable(args: number, body: string): BatchableScript {
  * limit, ttl, ttl unit ("s" | "ms"), countDenied ("1" | "0"), deadline.
  * Returns { allowed, count, redisNow } (or { -1, redisNow } past the deadline).
  */
-export const FIXED_WINDOW_CHECK = batchable(
+export const FIXED_WINDOW_CHECK = withBatch(
   5,
   `local key = KEYS[1]
 local cost = tonumber(ARGV[1])
@@ -236,7 +236,7 @@ end
  * was set when the newest member was added, so it already outlives every member by a window. KEYS[1] the log's key; ARGV nowMs, windowMs, limit,
  * cost, member, deadline. Returns { allowed, count, retryAtMs or -1, resetAtMs or -1, redisNow }.
  */
-export const SLIDING_LOG_CHECK = batchable(
+export const SLIDING_LOG_CHECK = withBatch(
   5,
   `local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
