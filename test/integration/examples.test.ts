@@ -96,7 +96,12 @@ describe('examples', () => {
     const { stdout } = await run(process.execPath, ['--import', 'tsx', 'examples/acquire.ts'], { timeout: 30_000 })
     const [calls, api, took] = stdout.trim().split('\n')
     assert.equal(calls, 'calls: 24 of 24 succeeded, none refused')
-    assert.equal(api, 'api: at most 10 calls let through in one clock second (limit 10)')
+    // the busiest clock second: 10 when the first burst fits in one second; fewer when the burst
+    // straddles a second boundary (the next second then weighs what the last one admitted)
+    const busiest = /^api: at most (\d+) calls let through in one clock second \(limit 10\)$/.exec(api ?? '')
+    assert.ok(busiest !== null, `unexpected line: ${api}`)
+    // 24 calls at 10 per second span at most four clock seconds: the busiest holds 6 or more
+    assert.ok(Number(busiest[1]) >= 6 && Number(busiest[1]) <= 10, `${busiest[1]} calls in the busiest clock second, limit 10`)
     assert.equal(took, 'took: more than one second (the rest waited their turn)')
   })
 
