@@ -108,18 +108,12 @@ http.createServer((req, res) => {
 }).listen(Number(process.argv[1]), '127.0.0.1')
 `
 
-async function startShaped(): Promise<Target> {
+/** Starts `source` (a node:http server taking its port as its argument) in a process of its own. */
+async function startFloor(name: string, source: string): Promise<Target> {
   const port = await freePort()
-  const child = spawn(process.execPath, ['-e', SHAPED_SERVER, String(port)], { stdio: 'ignore' })
+  const child = spawn(process.execPath, ['-e', source, String(port)], { stdio: 'ignore' })
   await waitForHealth(`http://127.0.0.1:${port}/`)
-  return { name: "node:http shaped as the service's answer", port, child }
-}
-
-async function startBare(): Promise<Target> {
-  const port = await freePort()
-  const child = spawn(process.execPath, ['-e', BARE_SERVER, String(port)], { stdio: 'ignore' })
-  await waitForHealth(`http://127.0.0.1:${port}/`)
-  return { name: 'bare node:http', port, child }
+  return { name, port, child }
 }
 
 async function startService(algo: string | undefined, redisUrl?: string, rememberDenials = true, otherCli?: string): Promise<Target> {
@@ -258,8 +252,8 @@ const loadAtStart = loadavg()[0] as number
 const started = Date.now()
 log(`${rounds} round(s) of ${durationSec} s, ${connections} connections, service from ${fromSource ? 'src/ (tsx)' : 'dist/'}`)
 
-const bare = await startBare()
-const shaped = await startShaped()
+const bare = await startFloor('bare node:http', BARE_SERVER)
+const shaped = await startFloor("node:http shaped as the service's answer", SHAPED_SERVER)
 const services: Target[] = []
 for (const algo of algos) {
   // on Redis: every decision a script call first (the floors compare with it), then the default

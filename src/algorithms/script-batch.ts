@@ -68,13 +68,17 @@ export class ScriptBatches {
       this.send(script, queue)
     } else if (!this.scheduled) {
       this.scheduled = true
-      realSetImmediate(this.flush)
+      realSetImmediate(this.atTurnEnd)
     }
   }
 
-  /** Sends every check waiting, as one write; before any other call, which must not overtake them. */
-  readonly flush = (): void => {
+  private readonly atTurnEnd = (): void => {
     this.scheduled = false
+    this.flush()
+  }
+
+  /** Sends every check waiting, as one write; before any other call, which must not overtake them. */
+  flush(): void {
     if (this.queues.size === 0) return
     const hold = this.queues.size > 1 ? holdWrites(this.client, noop) : undefined
     for (const [script, queue] of this.queues) {
@@ -97,16 +101,16 @@ export class ScriptBatches {
       callSafely(() => evalScript(this.client, script, 1, keysAndArgs, answered, failed), failed)
       return
     }
+    // the earliest deadline: a batch Redis reaches late enough for one check changes nothing; a
+    // check without one (0: the offset not yet known) leaves the batch without one
     let deadline = Number.POSITIVE_INFINITY
     const keysAndArgs: (string | number)[] = checks.map((c) => c.key)
     keysAndArgs.push(0)
     for (const check of checks) {
-      // the earliest: a batch Redis reaches late enough for one check's deadline changes nothing
-      deadline = check.deadline === 0 ? deadline : Math.min(deadline, check.deadline)
+      deadline = Math.min(deadline, check.deadline)
       for (const arg of check.args) keysAndArgs.push(arg)
     }
-    // a check without a deadline (the offset not yet known) leaves the batch without one
-    keysAndArgs[checks.length] = checks.some((c) => c.deadline === 0) ? 0 : deadline
+    keysAndArgs[checks.length] = deadline
     const answered = (reply: unknown): void => this.answerMany(checks, reply, sentAtMs)
     callSafely(() => evalScript(this.client, script.batch, checks.length, keysAndArgs, answered, failed), failed)
   }
@@ -127,7 +131,8 @@ export class ScriptBatches {
       return
     }
     let at = 0
-    for (const check of checks) {
+    for (let c = 0; c < checks.length; c++) {
+      const check = checks[c] as BatchedCheck
       const n = Number(reply[at])
       if (n === -2) {
         check.done(new StoreError('STORE_ERROR', 'redis', `${check.what}: ${String(reply[at + 1])}`))
@@ -139,7 +144,7 @@ export class ScriptBatches {
         at += 1 + n
       } else {
         // the rest of the reply cannot be read past a malformed part
-        for (const rest of checks.slice(checks.indexOf(check))) rest.done(unexpected(rest.what, reply))
+        for (const rest of checks.slice(c)) rest.done(unexpected(rest.what, reply))
         return
       }
     }
