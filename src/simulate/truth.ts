@@ -41,6 +41,13 @@ export interface AccuracyMetrics {
   /** Share of all hits the cell denied where the exact log allows. */
   readonly falseDenyShare: number
   /**
+   * Runs of false denials: a false deny of a key whose previous hit was not one starts a run.
+   * With denied hits counted, one hit denied below the limit can make every later hit of that
+   * key a false deny until the window slides past (the exact log holds one hit fewer, the
+   * limiter's count is over): a run, which this tells apart from many separate mistakes.
+   */
+  readonly falseDenyRuns: number
+  /**
    * Mean of |the rate the cell decided on − the exact count of the hits it counted in the last
    * window|, as a share of the limit: the error of its estimate, not of its policy.
    */
@@ -65,6 +72,9 @@ export class ExactTruth {
   private readonly admitted: (TimeQueue | undefined)[]
   private readonly counted: (TimeQueue | undefined)[]
   private readonly worst: Uint32Array
+  // per key: whether its last hit was a false deny
+  private readonly inRun: Uint8Array
+  private falseDenyRuns = 0
   private hits = 0
   private allowed = 0
   private falseAllows = 0
@@ -77,6 +87,7 @@ export class ExactTruth {
     this.admitted = new Array<TimeQueue | undefined>(keyCount)
     this.counted = new Array<TimeQueue | undefined>(keyCount)
     this.worst = new Uint32Array(keyCount)
+    this.inRun = new Uint8Array(keyCount)
   }
 
   /**
@@ -91,6 +102,7 @@ export class ExactTruth {
     const inWindow = admitted.countAfter(cutoff)
     const truthAllows = inWindow + 1 <= this.limit
     this.hits++
+    let falseDeny = false
     if (allowed) {
       this.allowed++
       if (!truthAllows) this.falseAllows++
@@ -98,7 +110,10 @@ export class ExactTruth {
       if (inWindow + 1 > (this.worst[key] as number)) this.worst[key] = inWindow + 1
     } else if (truthAllows) {
       this.falseDenies++
+      falseDeny = true
+      if (this.inRun[key] === 0) this.falseDenyRuns++
     }
+    this.inRun[key] = falseDeny ? 1 : 0
     const countedQueue = (this.counted[key] ??= new TimeQueue())
     const trueRate = countedQueue.countAfter(cutoff)
     if (counted) countedQueue.push(t)
@@ -123,6 +138,7 @@ export class ExactTruth {
       worstWindow: worst / this.limit,
       falseAllowShare: hits === 0 ? 0 : this.falseAllows / hits,
       falseDenyShare: hits === 0 ? 0 : this.falseDenies / hits,
+      falseDenyRuns: this.falseDenyRuns,
       meanRateError: hits === 0 ? 0 : this.rateError / hits / this.limit,
       keysOver,
       keys,

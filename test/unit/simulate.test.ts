@@ -32,8 +32,21 @@ describe('ExactTruth', () => {
     assert.equal(m.keysOver, 1)
     assert.equal(m.falseAllowShare, 1 / 5)
     assert.equal(m.falseDenyShare, 2 / 5)
+    assert.equal(m.falseDenyRuns, 1) // the two false denials follow each other
     // counted hits in the window before each hit: 0, 1, 2, 1 (200), 1 (1100); the rates given: 0, 1, 2, 3, 3
     assert.equal(m.meanRateError, (0 + 0 + 0 + 2 + 2) / 5 / 2)
+  })
+
+  it('counts a run of false denials once, and a false deny after an allowed hit as a new run', () => {
+    const truth = new ExactTruth(2, 1000, 2)
+    truth.record(0, 0, false, true, 0) // the log allows: a run starts
+    truth.record(1, 10, false, true, 0) // another key: a run of its own
+    truth.record(0, 20, false, true, 0) // key 0's run goes on
+    truth.record(0, 30, true, true, 0) // allowed: the run ends
+    truth.record(0, 40, false, true, 0) // the log allows (1 admitted of 2): a new run
+    const m = truth.metrics()
+    assert.equal(m.falseDenyShare, 4 / 5)
+    assert.equal(m.falseDenyRuns, 3)
   })
 
   it('an interval is (t − window, t]: a hit exactly one window later is in a new window', () => {
