@@ -6,7 +6,7 @@
  * to record the calls that leave (how many keys each).
  */
 import assert from 'node:assert/strict'
-import { randomUUID } from 'node:crypto'
+import { createHash, randomUUID } from 'node:crypto'
 import { after, before, describe, it } from 'node:test'
 import { Cluster, Redis } from 'ioredis'
 import {
@@ -42,10 +42,16 @@ async function recordingClient<C extends Redis | Cluster>(client: C): Promise<{ 
   await client.ping()
   const sent: Sent[] = []
   const evalsha = client.evalsha.bind(client) as (...args: unknown[]) => Promise<unknown>
+  const evalSource = client.eval.bind(client) as (...args: unknown[]) => Promise<unknown>
   Object.assign(client, {
     evalsha: (sha: string, keys: number, ...rest: unknown[]) => {
       sent.push({ sha, keys })
       return evalsha(sha, keys, ...rest)
+    },
+    // a client's first call of a script is an EVAL (strategies/redis/scripts.ts)
+    eval: (source: string, keys: number, ...rest: unknown[]) => {
+      sent.push({ sha: createHash('sha1').update(source).digest('hex'), keys })
+      return evalSource(source, keys, ...rest)
     },
   })
   return { client, sent }
@@ -231,6 +237,32 @@ describe('batched checks on a Redis of their own', { timeout: 60_000 }, () => {
       again.map((r) => r.count),
       [3, 4, 5],
     )
+  })
+
+  it("keeps a read behind the checks made after it when Redis lacks only the read's script", async () => {
+    // another client has the batch script cached; the read's script is not, as after a deploy
+    // that changed one script
+    await client.script('FLUSH')
+    const warm = new RedisFixedWindow({ client, limit: 10, windowMs: 60_000, prefix, clock })
+    await Promise.all([warm.check('warm'), warm.check('warm')])
+    const other = new Redis(own.url, { maxRetriesPerRequest: 1 })
+    try {
+      const fixed = new RedisFixedWindow({ client: other, limit: 10, windowMs: 60_000, prefix, clock })
+      const before = [fixed.check('ordered'), fixed.check('ordered'), fixed.check('ordered')]
+      const read = fixed.peek('ordered')
+      const later = [fixed.check('ordered'), fixed.check('ordered')]
+      assert.deepEqual(
+        (await Promise.all(before)).map((r) => r.count),
+        [1, 2, 3],
+      )
+      assert.equal((await read).count, 3, 'the read counts the checks made before it only')
+      assert.deepEqual(
+        (await Promise.all(later)).map((r) => r.count),
+        [4, 5],
+      )
+    } finally {
+      other.disconnect()
+    }
   })
 
   it('a batch Redis reaches after its deadline changes nothing', async () => {

@@ -29,11 +29,22 @@ function isNoScript(err: unknown): boolean {
   return err instanceof Error && err.message.startsWith('NOSCRIPT')
 }
 
+// The scripts each client has sent by EVAL (see evalScript).
+const sentWhole = new WeakMap<ScriptClient, Set<string>>()
+
 /**
  * Runs `script` by EVALSHA, and by EVAL when the server answers NOSCRIPT (a restart, SCRIPT
  * FLUSH, a failover; EVAL caches it again). `read` turns the reply into the result and `fail`
  * handles a failure, each in the same promise reaction as the reply: a synchronous hit costs one
  * reaction here, not a chain of them.
+ *
+ * A client's first call of each script is an EVAL. An EVALSHA that fails with NOSCRIPT is sent
+ * again after the calls that followed it, so a script the server lacks while it holds the
+ * others (a new version's changed script, a client's first read after checks in the same
+ * turn) would run after calls made after it: a read would count checks made later. With the
+ * first call an EVAL, a script the server lacks runs in its place. After a restart or SCRIPT
+ * FLUSH the server lacks every script, and the calls sent again keep their order among
+ * themselves.
  */
 export function evalScript<T>(
   client: ScriptClient,
@@ -43,6 +54,15 @@ export function evalScript<T>(
   read: (reply: unknown) => T,
   fail: (err: unknown) => T = rethrow,
 ): Promise<T> {
+  let sent = sentWhole.get(client)
+  if (sent === undefined) {
+    sent = new Set()
+    sentWhole.set(client, sent)
+  }
+  if (!sent.has(script.sha)) {
+    sent.add(script.sha)
+    return client.eval(script.source, numKeys, ...keysAndArgs).then(read, fail)
+  }
   return client.evalsha(script.sha, numKeys, ...keysAndArgs).then(read, (err: unknown) => {
     if (!isNoScript(err)) return fail(err)
     return client.eval(script.source, numKeys, ...keysAndArgs).then(read, fail)
