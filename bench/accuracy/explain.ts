@@ -1,9 +1,10 @@
 /**
  * Why a cell of the accuracy harness went over the limit: replays one synthetic trace through
- * one cell of simulated processes (src/simulate/fleet.ts, as bench/accuracy/run.ts does), finds
- * the keys whose truly admitted hits exceeded the limit in some window-long interval, and prints
- * the worst one's decisions around that interval: time from the trace's start, the process, the
- * outcome and the rate it decided on (before the hit). docs/ACCURACY.md cites it.
+ * one cell of simulated processes (runCell of src/simulate/replay.ts, as bench/accuracy/run.ts
+ * does), finds the keys whose truly admitted hits exceeded the limit in some window-long
+ * interval, and prints the worst one's decisions around that interval: time from the trace's
+ * start, the process, the outcome and the rate it decided on (before the hit). docs/ACCURACY.md
+ * cites it.
  *
  *   npm run bench:accuracy:explain -- --profile steady --sync 0.5 --no-count-denied
  *   npm run bench:accuracy:explain -- --profile boundary --sync 2
@@ -15,9 +16,8 @@
  * processes in turn.
  */
 import { parseArgs } from 'node:util'
-import { createFakeClock, MemoryStrategy } from '../../src/index.js'
-import { CounterFleet } from '../../src/simulate/fleet.js'
 import { PROFILE_NAMES, type ProfileName, syntheticTrace } from '../../src/simulate/profiles.js'
+import { algorithmEntry, runCell } from '../../src/simulate/replay.js'
 
 const { values } = parseArgs({
   options: {
@@ -55,20 +55,6 @@ const trace = syntheticTrace({
   seed,
   ...(profile === 'poisson' ? { keys: 1000 } : {}),
 })
-const clock = createFakeClock(trace.times[0] as number)
-const fleet = new CounterFleet(
-  {
-    limit: LIMIT,
-    windowSec: WINDOW_MS / 1000,
-    nodes,
-    syncRate,
-    countDenied,
-    strategy: () => new MemoryStrategy(),
-    clock,
-    ...(values.predict ? { eagerReads: true, namespaceOptions: { predict: true } } : {}),
-  },
-  trace.keyNames.length,
-)
 
 interface Decision {
   readonly t: number
@@ -77,17 +63,16 @@ interface Decision {
   readonly rate: number
 }
 const decisions: Decision[][] = trace.keyNames.map(() => [])
-for (let i = 0; i < trace.length; i++) {
-  const t = trace.times[i] as number
-  if (fleet.due(t)) await fleet.advanceTo(t)
-  clock.set(t)
-  const key = trace.keys[i] as number
-  const node = i % nodes
-  if (fleet.isBehind(node, key)) await fleet.catchUp(node, key)
-  fleet.hit(node, key, trace.keyNames[key] as string, t)
-  decisions[key]?.push({ t, node, allowed: fleet.allowed, rate: fleet.rateBefore })
-}
-await fleet.finish(durationSec)
+await runCell(
+  trace,
+  { algorithm: algorithmEntry(values.predict ? 'counter-predict' : 'counter'), nodes, syncRate },
+  {
+    limit: LIMIT,
+    windowSec: WINDOW_MS / 1000,
+    countDenied,
+    onHit: (key, t, node, allowed, rate) => decisions[key]?.push({ t, node, allowed, rate }),
+  },
+)
 
 // each key's busiest window-long interval (t − window, t] of admitted hits
 const over: { key: number; count: number; from: number; to: number }[] = []

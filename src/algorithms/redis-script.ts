@@ -3,7 +3,7 @@ import { StoreError } from '../core/errors.js'
 import { deadline } from '../core/timeout.js'
 import { evalScript, type LuaScript, redisError, WriteHold } from '../strategies/redis/scripts.js'
 import type { BatchableScript } from './lua.js'
-import { batchable, readReply, type Sample, ScriptBatches } from './script-batch.js'
+import { batchable, callSafely, readReply, type Sample, ScriptBatches } from './script-batch.js'
 import type { RedisScriptClient } from './types.js'
 
 // How much earlier than the caller's timeout a script's deadline falls on Redis's clock: the time
@@ -121,11 +121,7 @@ export function runScript(
     }
     const failed = (err: unknown): void => done(redisError(err))
     state.writes.hold()
-    try {
-      void evalScript(client, script, keys.length, [...keys, ...args, deadlineAt], answered, failed)
-    } catch (err) {
-      failed(err)
-    }
+    callSafely(() => evalScript(client, script, keys.length, [...keys, ...args, deadlineAt], answered, failed), failed)
     state.writes.written()
   })
 }

@@ -162,7 +162,8 @@ export function readReply(reply: unknown, what: string, length: number, sentAtMs
   return numbers[0] === -1 ? late(what) : numbers
 }
 
-function callSafely(call: () => Promise<void>, failed: (err: unknown) => void): void {
+/** Makes a driver call that answers its own failures (evalScript); one it throws goes to `failed` too. */
+export function callSafely(call: () => Promise<void>, failed: (err: unknown) => void): void {
   try {
     void call()
   } catch (err) {

@@ -96,6 +96,11 @@ export interface ReplaySetup {
   readonly strategy?: () => Strategy
   /** A key whose true and estimated rates are recorded hit by hit (the report's third chart). */
   readonly track?: number
+  /**
+   * Told every decision, in time order: the key, its time, the process that decided (0 for the
+   * per-hit algorithms), the outcome and the rate decided on (bench/accuracy/explain.ts).
+   */
+  readonly onHit?: (key: number, t: number, node: number, allowed: boolean, rateBefore: number) => void
   /** Keys per shard of the counter's fleet (fleet.ts). @default 1 */
   readonly shardSize?: number
   /** Shards per RateLimiting instance of a simulated process (fleet.ts); answers do not depend on it. */
@@ -168,8 +173,10 @@ export async function runCell(trace: Trace, cell: CellSpec, setup: ReplaySetup, 
   const t0 = trace.length > 0 ? (trace.times[0] as number) : 0
   const series: RateSeries | undefined = setup.track === undefined ? undefined : { t: [], exact: [], estimated: [] }
   const seconds = traceSeconds(trace)
-  const record = (i: number, key: number, t: number, allowed: boolean, counted: boolean, rateBefore: number) => {
+  const onHit = setup.onHit
+  const record = (i: number, key: number, t: number, allowed: boolean, counted: boolean, rateBefore: number, node = 0) => {
     const exact = truth.record(key, t, allowed, counted, rateBefore)
+    onHit?.(key, t, node, allowed, rateBefore)
     if (series !== undefined && key === setup.track && series.t.length < MAX_SERIES) {
       series.t.push((t - t0) / 1000)
       series.exact.push(exact)
@@ -224,7 +231,7 @@ export async function runCell(trace: Trace, cell: CellSpec, setup: ReplaySetup, 
       const node = random === undefined ? i % n : Math.floor(random() * n)
       if (fleet.isBehind(node, key)) await fleet.catchUp(node, key)
       fleet.hit(node, key, trace.keyNames[key] as string, t)
-      record(i, key, t, fleet.allowed, fleet.counted, fleet.rateBefore)
+      record(i, key, t, fleet.allowed, fleet.counted, fleet.rateBefore, node)
     }
     load = await fleet.finish(seconds)
   }

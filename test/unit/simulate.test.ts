@@ -153,6 +153,30 @@ describe('the grid on synthetic traces', () => {
     assert.deepEqual(figures(apart), figures(packed))
   })
 
+  it('tells onHit every decision in time order, with the process that made it', async () => {
+    const trace = syntheticTrace({ profile: 'boundary', limit: 20, windowSec: 10, durationSec: 60, keys: 3 })
+    const seen: { t: number; node: number; allowed: boolean }[] = []
+    const r = await runCell(
+      trace,
+      { algorithm: entry('counter'), nodes: 4, syncRate: 0.5 },
+      {
+        ...setup,
+        onHit: (_key, t, node, allowed) => seen.push({ t, node, allowed }),
+      },
+    )
+    assert.equal(seen.length, r.hits)
+    assert.equal(seen.filter((h) => h.allowed).length, r.allowed)
+    assert.deepEqual(
+      seen.map((h) => h.t),
+      [...trace.times],
+    )
+    assert.deepEqual(
+      seen.map((h) => h.node),
+      seen.map((_, i) => i % 4),
+      'hits go to the processes in turn',
+    )
+  })
+
   it('the counter with prediction is listed only when the engine accepts its option', () => {
     const names = availableAlgorithms().map((a) => a.name)
     assert.ok(names.includes('counter') && names.includes('sliding-log') && names.includes('fixed-window'))
