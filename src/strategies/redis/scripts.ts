@@ -6,6 +6,7 @@
 import { createHash } from 'node:crypto'
 import timers from 'node:timers'
 import { StoreError } from '../../core/errors.js'
+import { keySlot } from './key-slot.js'
 
 /** A Lua script with its SHA1, as EVALSHA wants it; computed once, when the module loads. */
 export interface LuaScript {
@@ -19,18 +20,37 @@ export function luaScript(source: string): LuaScript {
   return { source: trimmed, sha: createHash('sha1').update(trimmed).digest('hex') }
 }
 
-/** The two commands a script needs; an ioredis `Redis` or `Cluster` has them. */
+/**
+ * The two commands a script needs; an ioredis `Redis` or `Cluster` has them. A `Cluster` also
+ * has its slot map (`slots[slot][0]` is the master's address), which tells which node a call
+ * goes to.
+ */
 export interface ScriptClient {
   evalsha(sha: string, numKeys: number, ...keysAndArgs: (string | number)[]): Promise<unknown>
   eval(script: string, numKeys: number, ...keysAndArgs: (string | number)[]): Promise<unknown>
+  readonly isCluster?: boolean
+  readonly slots?: readonly (readonly string[] | undefined)[]
 }
 
 function isNoScript(err: unknown): boolean {
   return err instanceof Error && err.message.startsWith('NOSCRIPT')
 }
 
-// The scripts each client has sent by EVAL (see evalScript).
+// The scripts each client has sent by EVAL (see evalScript): by SHA, or on a Cluster by node
+// address and SHA.
 const sentWhole = new WeakMap<ScriptClient, Set<string>>()
+
+/**
+ * Where the call goes, as a name for `sentWhole`: the SHA alone for a single server; on a
+ * Cluster the address of the master that owns the first key's slot with the SHA, or undefined
+ * while the client does not know it yet (before its first slot map, or for a call with no keys).
+ */
+function destination(client: ScriptClient, sha: string, numKeys: number, first: string | number | undefined): string | undefined {
+  if (client.isCluster !== true) return sha
+  if (numKeys === 0 || first === undefined) return undefined
+  const node = client.slots?.[keySlot(String(first))]?.[0]
+  return node === undefined ? undefined : `${node} ${sha}`
+}
 
 /**
  * Runs `script` by EVALSHA, and by EVAL when the server answers NOSCRIPT (a restart, SCRIPT
@@ -38,13 +58,14 @@ const sentWhole = new WeakMap<ScriptClient, Set<string>>()
  * handles a failure, each in the same promise reaction as the reply: a synchronous hit costs one
  * reaction here, not a chain of them.
  *
- * A client's first call of each script is an EVAL. An EVALSHA that fails with NOSCRIPT is sent
- * again after the calls that followed it, so a script the server lacks while it holds the
- * others (a new version's changed script, a client's first read after checks in the same
- * turn) would run after calls made after it: a read would count checks made later. With the
- * first call an EVAL, a script the server lacks runs in its place. After a restart or SCRIPT
- * FLUSH the server lacks every script, and the calls sent again keep their order among
- * themselves.
+ * A client's first call of each script is an EVAL, on a Cluster its first call of each script
+ * to each master. An EVALSHA that fails with NOSCRIPT is sent again after the calls that
+ * followed it, so a script the server lacks while it holds the others (a new version's changed
+ * script, a client's first read after checks in the same turn, a Cluster node that has seen
+ * the checks but not the read) would run after calls made after it: a read would count checks
+ * made later. With the first call an EVAL, a script the server lacks runs in its place. After a
+ * restart or SCRIPT FLUSH the server lacks every script, and the calls sent again keep their
+ * order among themselves.
  */
 export function evalScript<T>(
   client: ScriptClient,
@@ -59,8 +80,9 @@ export function evalScript<T>(
     sent = new Set()
     sentWhole.set(client, sent)
   }
-  if (!sent.has(script.sha)) {
-    sent.add(script.sha)
+  const where = destination(client, script.sha, numKeys, keysAndArgs[0])
+  if (where === undefined || !sent.has(where)) {
+    if (where !== undefined) sent.add(where)
     return client.eval(script.source, numKeys, ...keysAndArgs).then(read, fail)
   }
   return client.evalsha(script.sha, numKeys, ...keysAndArgs).then(read, (err: unknown) => {
