@@ -14,7 +14,8 @@
  */
 import { performance } from 'node:perf_hooks'
 import { StoreError } from '../core/errors.js'
-import { evalScript, holdWrites, realSetImmediate, redisError } from '../strategies/redis/scripts.js'
+import { ioTimers } from '../core/io-timers.js'
+import { evalScript, holdWrites, redisError } from '../strategies/redis/scripts.js'
 import type { BatchableScript } from './lua.js'
 import type { RedisScriptClient } from './types.js'
 
@@ -68,7 +69,7 @@ export class ScriptBatches {
       this.send(script, queue)
     } else if (!this.scheduled) {
       this.scheduled = true
-      realSetImmediate(this.atTurnEnd)
+      ioTimers.setImmediate(this.atTurnEnd)
     }
   }
 

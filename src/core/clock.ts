@@ -1,4 +1,4 @@
-import timers from 'node:timers'
+import { ioTimers } from './io-timers.js'
 
 /** A clock returns the current time in epoch milliseconds. */
 export type Clock = () => number
@@ -16,11 +16,6 @@ const READS_PER_REFRESH = 64
 // reset, or timers faked before this module loaded): until one does, a reading also ends with
 // the event-loop turn it was taken in.
 const TIMER_OVERDUE_MS = 20
-
-// The timer that expires a reading, taken from node:timers when this module loads: a fake-timer
-// library installed later (jest.useFakeTimers, node:test mock.timers, sinon) replaces the
-// global, not this reference, so it can neither hold nor drop our timer.
-const realSetTimeout: typeof setTimeout = timers.setTimeout
 
 let cachedMs = 0
 let readsLeft = 0
@@ -66,7 +61,9 @@ function refresh(): number {
     // setImmediate costs more (~150 ns) than the Date.now() it saves (~40 ns); see
     // bench/engine.bench.ts ("Cost of reading the clock").
     timerDueAtMs = ms + 1
-    realSetTimeout(expire, 1).unref()
+    // node:timers' own (io-timers.ts): a fake-timer library installed later can neither hold nor
+    // drop it
+    ioTimers.setTimeout(expire, 1).unref()
   } else if (ms - timerDueAtMs > TIMER_OVERDUE_MS) {
     // a synchronous run longer than that, or a timer that will never fire
     timerTrusted = false

@@ -4,6 +4,7 @@ import type { WindowTable } from './counter-table.js'
 import type { StoreError } from './errors.js'
 import type { ResolvedNamespaceOptions } from './options.js'
 import type { StoreLink } from './store-link.js'
+import { ioTimers } from './io-timers.js'
 import type { WindowPush, WindowRef } from './strategy.js'
 import { windowStartMs } from './window.js'
 
@@ -78,8 +79,8 @@ export class SyncLoop {
   /** Stops the timers, waits for a running cycle, and pushes every unsynced hit. */
   async flush(): Promise<void> {
     this.closed = true
-    clearTimeout(this.timer)
-    clearTimeout(this.retryTimer)
+    ioTimers.clearTimeout(this.timer)
+    ioTimers.clearTimeout(this.retryTimer)
     this.timer = undefined
     this.retryTimer = undefined
     await this.queued?.catch(() => undefined)
@@ -125,7 +126,7 @@ export class SyncLoop {
         if (windows.length > 0 || blocks) await this.link.send(windows, [], nowMs, true)
         // not unref'd: whoever awaits this cycle (a sync() queued behind it, close()) must not
         // see the process exit under it; it lasts syncRate / 20
-        await new Promise<void>((resolve) => setTimeout(resolve, settleMs))
+        await new Promise<void>((resolve) => ioTimers.setTimeout(resolve, settleMs))
         const reads: WindowRef[] = windows.map((w) => ({ key: w.key, windowStartMs: w.windowStartMs, windowSizeMs: w.windowSizeMs }))
         for (const r of refresh) reads.push(r)
         await this.link.send([], reads, this.clock())
@@ -167,7 +168,7 @@ export class SyncLoop {
     const rateMs = syncRate * 1000
     // aligned to wall-clock multiples of the rate, so a fleet syncs at about the same instants
     const delay = rateMs - (Date.now() % rateMs)
-    this.timer = setTimeout(() => {
+    this.timer = ioTimers.setTimeout(() => {
       this.timer = undefined
       // reported through onError and the channel
       this.sync(false, Math.max(1, rateMs / 20)).catch(() => undefined)
@@ -177,7 +178,7 @@ export class SyncLoop {
 
   private scheduleRetry(): void {
     if (this.closed || this.retryTimer !== undefined || this.options.mode !== 'synchronous') return
-    this.retryTimer = setTimeout(() => {
+    this.retryTimer = ioTimers.setTimeout(() => {
       this.retryTimer = undefined
       this.runCycle(false, true).catch(() => this.scheduleRetry())
     }, RETRY_DELAY_MS)

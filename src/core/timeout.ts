@@ -1,4 +1,5 @@
 import { StoreError } from './errors.js'
+import { ioTimers } from './io-timers.js'
 
 /** A deadline set by {@link deadline}; `settle()` it when the call it bounds settles. */
 export interface Deadline {
@@ -56,7 +57,7 @@ class DeadlineQueue {
 
   /** Adds a deadline `ms` from now. */
   add(strategy: string, what: string, detail: string | undefined, onTimeout: (err: StoreError) => void): Pending {
-    const entry = new Pending(this, performance.now() + this.ms, strategy, what, detail, onTimeout)
+    const entry = new Pending(this, ioTimers.now() + this.ms, strategy, what, detail, onTimeout)
     this.entries.push(entry)
     this.pending++
     if (this.timer === undefined) this.arm(entry.deadline)
@@ -96,14 +97,14 @@ class DeadlineQueue {
   }
 
   private arm(at: number): void {
-    this.timer = setTimeout(() => this.sweep(), Math.max(0, Math.ceil(at - performance.now())))
+    this.timer = ioTimers.setTimeout(() => this.sweep(), Math.max(0, Math.ceil(at - ioTimers.now())))
     this.refed = this.pending > 0
     if (!this.refed) this.timer.unref()
   }
 
   private sweep(): void {
     this.timer = undefined
-    const now = performance.now()
+    const now = ioTimers.now()
     for (;;) {
       this.trim()
       const entry = this.entries[this.head]
@@ -189,6 +190,6 @@ function ownDeadline(
   detail: string | undefined,
   onTimeout: (err: StoreError) => void,
 ): Deadline {
-  const timer = setTimeout(() => onTimeout(timeoutError(strategy, what, ms, detail)), ms)
-  return { settle: () => clearTimeout(timer) }
+  const timer = ioTimers.setTimeout(() => onTimeout(timeoutError(strategy, what, ms, detail)), ms)
+  return { settle: () => ioTimers.clearTimeout(timer) }
 }

@@ -9,11 +9,11 @@
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { after, describe, it } from 'node:test'
-import FakeTimers from '@sinonjs/fake-timers'
 import { Redis } from 'ioredis'
 import { RedisSlidingLog } from '../../src/algorithms/index.js'
 import { RateLimiting } from '../../src/core/rate-limiting.js'
 import { RedisStrategy } from '../../src/strategies/redis/index.js'
+import { installFakeTimers, realTimers } from '../support/fake-timers.js'
 import { sharedRedisUrl } from '../support/redis-server.js'
 
 const prefix = `rltest-fake-${randomUUID().slice(0, 8)}`
@@ -25,28 +25,7 @@ after(async () => {
   client.disconnect()
 })
 
-// The real timers, for the test's own deadline while the fake ones are installed.
-const real = { setTimeout, clearTimeout }
-
-// What a test suite fakes: the timers, setImmediate, Date, performance and hrtime. Not
-// process.nextTick: Node's own streams call it, so faking it on the real process object stalls
-// every socket, any client's (Jest fakes it in its sandbox's process object, which Node's
-// internals never see).
-function installFakeTimers(): ReturnType<typeof FakeTimers.install> {
-  return FakeTimers.install({
-    toFake: [
-      'setTimeout',
-      'clearTimeout',
-      'setImmediate',
-      'clearImmediate',
-      'setInterval',
-      'clearInterval',
-      'Date',
-      'hrtime',
-      'performance',
-    ],
-  })
-}
+const real = realTimers
 
 // Settles `calls` without ever advancing the fake clock, or fails after `ms` of real time.
 async function settleWithin<T>(calls: Promise<T>[], ms: number): Promise<T[]> {

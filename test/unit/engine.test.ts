@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict'
 import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import { describe, it, mock } from 'node:test'
+import { ioTimers } from '../../src/core/io-timers.js'
 import { newNodeId } from '../../src/core/namespace.js'
 import * as ratelimiting from '../../src/index.js'
 import { ConfigError, createFakeClock, type DiffBatch, MemoryStrategy, RateLimiting, StoreError } from '../../src/index.js'
@@ -266,8 +267,12 @@ describe('sync modes', () => {
   })
 
   it('arms the periodic timer on new(), aligned to wall-clock multiples of the sync rate, and again after each sync', async () => {
-    // the timer and Date under node:test's fake timers: the instants are exact, nothing sleeps
+    // the timer and Date under node:test's fake timers: the instants are exact, nothing sleeps.
+    // The library paces I/O on node:timers' own timers, which fakes do not replace; the test
+    // hands it the faked ones.
     mock.timers.enable({ apis: ['setTimeout', 'Date'], now: 1_000_007 })
+    const real = { ...ioTimers }
+    Object.assign(ioTimers, { setTimeout: globalThis.setTimeout, clearTimeout: globalThis.clearTimeout })
     const store = new MemoryStrategy()
     const rl = instance()
     const pushesAt: number[] = []
@@ -301,6 +306,7 @@ describe('sync modes', () => {
       await settle()
     } finally {
       mock.timers.reset()
+      Object.assign(ioTimers, real)
       await rl.close()
     }
   })

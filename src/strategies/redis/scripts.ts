@@ -4,8 +4,8 @@
  * the driver threw into a {@link StoreError}.
  */
 import { createHash } from 'node:crypto'
-import timers from 'node:timers'
 import { StoreError } from '../../core/errors.js'
+import { ioTimers } from '../../core/io-timers.js'
 import { keySlot } from './key-slot.js'
 
 /** A Lua script with its SHA1, as EVALSHA wants it; computed once, when the module loads. */
@@ -130,12 +130,6 @@ function corkable(client: object): Corkable[] {
   return out
 }
 
-// node:timers' own setImmediate, taken when this module loads: a fake-timer library installed
-// later (sinon, Jest, node:test's mock.timers) replaces the global, not this reference, so writes
-// held by holdWrites() are released whatever a test suite fakes
-// (test/integration/redis-fake-timers.test.ts). The service's batched checks are sent by it too.
-export const realSetImmediate: typeof setImmediate = timers.setImmediate
-
 // Calls held at most, per socket held: a held batch leaves once it has this many, and the rest of
 // the iteration's calls start another. Holding every call of a batch of replies until the iteration ends made a
 // convoy at 64 in flight: the client worked through all 64 replies while Redis waited, then Redis
@@ -166,7 +160,9 @@ export function holdWrites(client: object, released: () => void): { release: () 
     released()
     for (const stream of streams) stream.uncork()
   }
-  realSetImmediate(release)
+  // node:timers' own (core/io-timers.ts): held writes are released whatever a test suite fakes
+  // (test/integration/redis-fake-timers.test.ts)
+  ioTimers.setImmediate(release)
   return { release, sockets: streams.length }
 }
 
