@@ -53,7 +53,10 @@ export abstract class Decisions {
       const limit = this.set.current[i] as number
       const rate = this.rates[i] as number
       const remaining = limit - rate
-      const retryAfterMs = (this.before[i] as number) + cost > limit ? this.retryAfter(l, limit, key, cost, nowMs) : 0
+      // A denial waits for every limit: one that allowed may be full now that the denied hit
+      // counted (countDenied), and the hit is allowed again once each limit lets it through
+      // (each limit's rate only falls while nothing is counted, so the latest of the waits).
+      const retryAfterMs = allowed ? 0 : this.retryAfter(l, limit, key, cost, nowMs)
       states.push({
         name: l.name,
         limit,

@@ -127,6 +127,34 @@ describe('limiter decisions', () => {
     assert.equal((limiter.peek('k') as Decision).allowed, true)
   })
 
+  it('gives an exact retry time with several limits, when the counted denial fills a limit that allowed it', () => {
+    // 2 a second and 3 a minute: the 3rd hit is denied by the second's limit and, counted, fills
+    // the minute's; a retry when the second's limit lets it through is still denied
+    for (const countDenied of [true, false]) {
+      const { hit, clock, limiter } = setup(
+        [
+          { limit: 2, window: 1 },
+          { limit: 3, window: 60 },
+        ],
+        { countDenied },
+      )
+      clock.advance(10_000)
+      hit()
+      hit()
+      const denied = hit()
+      assert.equal(denied.allowed, false)
+      const minute = denied.policies?.find((p) => p.window === 60)
+      if (countDenied) {
+        assert.equal(denied.window, 60, 'the limit that holds the retry longest decides')
+        assert.ok((minute?.retryAfterMs ?? 0) > 1000, "the minute's own wait is reported")
+      } else assert.equal(minute?.retryAfterMs, 0, 'an uncounted denial leaves the minute room for one more')
+      clock.advance(denied.retryAfterMs - 1)
+      assert.equal((limiter.peek('k') as Decision).allowed, false, `countDenied ${countDenied}: 1 ms early`)
+      clock.advance(1)
+      assert.equal((limiter.peek('k') as Decision).allowed, true, `countDenied ${countDenied}: on time`)
+    }
+  })
+
   it('peeks without counting and resets a key', async () => {
     const { hit, limiter, rl } = setup([{ limit: 2, window: 60 }])
     hit()
