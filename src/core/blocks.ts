@@ -1,6 +1,21 @@
 import type { BlockWrite, CounterRow, WindowRef } from './strategy.js'
 
 /**
+ * The longest block, ms (1e15, about 31,700 years): its end, epoch ms, stays an exact integer
+ * in a double (2^53) and in every store's column (PostgreSQL's bigint refused a later end, and a
+ * block the store refuses would fail every push of the namespace).
+ */
+export const MAX_BLOCK_MS = 1e15
+
+/** Whether `ms` is a block duration the stores can hold: a positive number up to {@link MAX_BLOCK_MS}. */
+export function isBlockMs(ms: unknown): ms is number {
+  return typeof ms === 'number' && ms > 0 && ms <= MAX_BLOCK_MS
+}
+
+/** What a valid block duration is, for an error message naming the bad one. */
+export const BLOCK_MS_RULE = `a positive number of ms up to ${MAX_BLOCK_MS} (about 31,700 years)`
+
+/**
  * A namespace's blocks (docs/ARCHITECTURE.md, "Blocks"): which keys are denied whatever their
  * counts, until when, as this process knows it; and, in a synced namespace, the block writes
  * (set or lift) the store has not acknowledged yet.

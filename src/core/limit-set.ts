@@ -1,4 +1,5 @@
 import { ConfigError, usageRangeError, usageTypeError } from './errors.js'
+import { BLOCK_MS_RULE, isBlockMs } from './blocks.js'
 import type { HitOptions, LimitSpec } from './limiter-types.js'
 import type { Namespace } from './namespace.js'
 import type { WindowTable } from './counter-table.js'
@@ -44,8 +45,8 @@ export function compileLimits(namespace: Namespace, specs: unknown): Limit[] {
     if (typeof name !== 'string' || name.length === 0)
       throw new ConfigError('INVALID_OPTION', `limits[${i}].name must be a non-empty string, got ${String(name)}`)
     const { blockMs } = spec
-    if (blockMs !== undefined && (typeof blockMs !== 'number' || !Number.isFinite(blockMs) || blockMs <= 0))
-      throw new ConfigError('INVALID_OPTION', `limits[${i}].blockMs must be a positive number of ms, got ${String(blockMs)}`)
+    if (blockMs !== undefined && !isBlockMs(blockMs))
+      throw new ConfigError('INVALID_OPTION', `limits[${i}].blockMs must be ${BLOCK_MS_RULE}, got ${String(blockMs)}`)
     if (perKey === undefined) table.watchLimit(limit as number)
     return {
       name,

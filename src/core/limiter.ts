@@ -1,4 +1,5 @@
 import { type AcquireOptions, checkMaxQueue, keyQueuesOf, type ScheduleOptions } from './acquire.js'
+import { BLOCK_MS_RULE, isBlockMs } from './blocks.js'
 import type { WindowTable } from './counter-table.js'
 import { ConfigError, type StoreError, usageRangeError } from './errors.js'
 import { Decisions } from './decisions.js'
@@ -214,8 +215,7 @@ export class Limiter extends Decisions {
   block(key: string, ms: number): Promise<number> {
     const ns = this.namespace
     ns.check(key, 0)
-    if (typeof ms !== 'number' || !(ms > 0) || !Number.isFinite(ms))
-      throw usageRangeError('INVALID_VALUE', `block duration must be a positive number of ms, got ${String(ms)}`)
+    if (!isBlockMs(ms)) throw usageRangeError('INVALID_VALUE', `block duration must be ${BLOCK_MS_RULE}, got ${String(ms)}`)
     const nowMs = ns.clock()
     const end = ns.enableBlocking('limiter.block()').block(key, Math.ceil(nowMs + ms), nowMs)
     return this.stored(key, nowMs).then(() => end)

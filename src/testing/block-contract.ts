@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { it } from 'node:test'
+import { MAX_BLOCK_MS } from '../core/blocks.js'
 import type { BlockWrite, CounterRow, DiffBatch, Strategy, WindowPush, WindowRef } from '../core/strategy.js'
 import { windowStartMs } from '../core/window.js'
 
@@ -103,6 +104,15 @@ export function runBlockContract(strategy: () => Strategy): void {
     assert.equal(await blockOf('k'), nowMs + 90_000)
     await send({ nodeId: 'n2', blocks: [{ key: 'k', untilMs: nowMs + 120_000 }] })
     assert.equal(await blockOf('k'), nowMs + 120_000)
+  })
+
+  it('blocks: the longest block the engine makes (MAX_BLOCK_MS from now) is kept to the ms', async (t) => {
+    if (strategy().supportsBlocks !== true) return t.skip(NO_BLOCKS)
+    fresh()
+    const until = nowMs + MAX_BLOCK_MS
+    await send({ blocks: [{ key: 'k', untilMs: until }] })
+    assert.equal(await blockOf('k'), until)
+    assert.equal(await blockOf('k', { nowMs: nowMs + 365 * 86_400_000 }), until, 'and still holds a year later')
   })
 
   it('blocks: untilMs 0 lifts a block, for every node', async (t) => {

@@ -162,14 +162,18 @@ describe('blocking on one process (local mode)', () => {
 
   it('refuses bad input, naming it', async () => {
     const { rl } = engine(undefined)
-    for (const blockMs of [0, -1, Number.NaN, Number.POSITIVE_INFINITY, '5'])
+    for (const blockMs of [0, -1, Number.NaN, Number.POSITIVE_INFINITY, '5', 1e15 + 1, 1e19])
       assert.throws(
         () => rl.limiter({ namespace: 'login', limits: [{ limit: 1, window: 60, blockMs: blockMs as number }] }),
         /limits\[0\]\.blockMs must be a positive number of ms/,
       )
     const l = rl.limiter({ namespace: 'login', limits: [{ limit: 1, window: 60 }] })
-    for (const ms of [0, -5, Number.NaN, Number.POSITIVE_INFINITY])
-      assert.throws(() => l.block('k', ms), /block duration must be a positive number of ms/)
+    for (const ms of [0, -5, Number.NaN, Number.POSITIVE_INFINITY, 1e15 + 1, Number.MAX_VALUE])
+      assert.throws(
+        () => l.block('k', ms),
+        /block duration must be a positive number of ms up to 1000000000000000 \(about 31,700 years\), got/,
+      )
+    assert.ok((await l.block('k', 1e15)) > 1e15, 'the longest block is taken')
     assert.throws(() => l.block(42 as unknown as string, 1000), /key must be a string/)
     assert.throws(() => rl.new({ namespace: 'x', windowSizes: [60], blocking: 'yes' as unknown as boolean }), /blocking must be a boolean/)
     await rl.close()
