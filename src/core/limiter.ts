@@ -188,7 +188,7 @@ export class Limiter extends Decisions {
     const atMs = refundTime(options, nowMs)
     // a listed key was never counted
     if (cost === 0 || (this.lists !== undefined && this.lists.match(key) !== undefined)) return Promise.resolve()
-    for (let i = 0; i < this.tables.length; i++) takeBack(this.tables[i] as WindowTable, key, cost, atMs, nowMs)
+    for (let i = 0; i < this.tables.length; i++) takeBack(this.tables[i] as WindowTable, key, cost, atMs, nowMs, ns.resetFloors)
     if (ns.mode !== 'synchronous') return Promise.resolve()
     return ns.pushKey(key, this.tables, nowMs).then(
       () => undefined,

@@ -6,6 +6,7 @@ import { WindowTable } from './counter-table.js'
 import { ConfigError, usageRangeError, usageTypeError } from './errors.js'
 import type { OnStoreError, ResolvedNamespaceOptions, SyncMode } from './options.js'
 import { rowsRate } from './previous-reads.js'
+import { ResetFloors } from './refund.js'
 import { StoreLink, type StrategyResolver } from './store-link.js'
 import type { CounterRow } from './strategy.js'
 import { SyncLoop } from './sync-loop.js'
@@ -55,6 +56,8 @@ export class Namespace {
   private readonly link: StoreLink | undefined
   private readonly loop: SyncLoop | undefined
   private readonly strategyKeepsBlocks: boolean
+  /** What synced resets covered, which refunds leave counted (made by the first reset). */
+  resetFloors: ResetFloors | undefined
   private closed = false
   // made on the first watchClose(): pending acquires (acquire.ts) reject when the namespace closes
   private closeWatchers: Set<() => void> | undefined
@@ -206,7 +209,10 @@ export class Namespace {
       for (const table of this.tables) table.forget(key)
       return
     }
-    await this.link.resetKey(key, this.clock)
+    // what the reset covers stays counted: a refund cannot take it back (a failed reset keeps
+    // the floors too, since the store may have taken it in)
+    const floors = (this.resetFloors ??= new ResetFloors(this.dict.maxKeys))
+    await this.link.resetKey(key, this.clock, () => floors.record(key, this.tables, this.clock()))
   }
 
   stats(): NamespaceStats {

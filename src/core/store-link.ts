@@ -165,11 +165,13 @@ export class StoreLink {
   }
 
   /** Resets `key` in the store, and reads the reset totals back. */
-  async resetKey(key: string, nowMs: () => number): Promise<void> {
+  async resetKey(key: string, nowMs: () => number, covering?: () => void): Promise<void> {
     try {
       const strategy = await this.load()
       // Push first so the store's reset covers this process's hits too, then read back the
-      // reset totals so the local view agrees with the store.
+      // reset totals so the local view agrees with the store. `covering` sees the counts the
+      // push sends.
+      covering?.()
       await this.pushKeyNow(key, nowMs())
       const reset = strategy.resetKey(this.namespace, key, this.options.windowSizesMs, nowMs())
       await withTimeout(reset, this.options.storeTimeoutMs, strategy.name, 'resetKey')

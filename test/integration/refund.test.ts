@@ -101,6 +101,34 @@ for (const storeName of ['memory', 'redis'] as const) {
         }
       })
 
+      it('takes back only hits counted since a reset: the reset already gave the earlier ones back', async () => {
+        const { a, b, clock, stored, close } = setup(storeName, syncRate)
+        try {
+          const before = clock.now()
+          for (let i = 0; i < 5; i++) await hit(a.limiter)
+          await a.limiter.reset('k')
+          clock.advance(1_000)
+          for (let i = 0; i < 5; i++) await a.limiter.refund('k', 1, { at: before })
+          await a.rl.sync('api')
+          assert.equal(await stored(), 0, 'nothing below zero after the reset')
+          const since = clock.now()
+          await hit(a.limiter)
+          await hit(a.limiter)
+          await a.limiter.refund('k', 1, { at: since })
+          await a.rl.sync('api')
+          assert.equal(await stored(), 1, 'a hit counted after the reset is taken back')
+          await b.rl.sync('api')
+          let admitted = 0
+          for (let i = 0; i < 10; i++) {
+            if ((await hit(b.limiter)).allowed) admitted++
+            await b.rl.sync('api')
+          }
+          assert.equal(admitted, 4, 'the limit of 5 holds: 1 counted, 4 more')
+        } finally {
+          await close()
+        }
+      })
+
       it('goes to the window that counted the hit (at), and not to a window that no longer weighs', async () => {
         const { a, clock, stored, close } = setup(storeName, syncRate)
         try {
