@@ -32,7 +32,11 @@ export interface DictStats {
  *
  * Eviction policy when full: the CLOCK algorithm (second chance). A hand walks the slots;
  * a slot hit since the hand last passed gets another round; the first slot not hit and with
- * no unsynced hits is dropped. If none is found within 256 slots, the first unreferenced slot
+ * no unsynced hits is dropped. A new key starts without the bit (it is set by the key's next
+ * hit, as in SIEVE): in a flood of keys each hit once, the hand finds one of them at once and
+ * keys hit again keep their counts; were new keys marked, every scan would find them all
+ * marked and drop whatever lay under the hand, keys in use included, and a flood of junk keys
+ * would reset a victim's count. If none is found within 256 slots, the first unreferenced slot
  * seen is dropped even though its unsynced hits are then lost (counted in `evictedUnsynced`).
  * Slots whose windows have both passed are recycled first, and swept as new keys arrive.
  */
@@ -103,7 +107,8 @@ export class CounterDict {
     } else slot = this.evict(nowMs)
     this.keys[slot] = key
     this.owner[slot] = table.index
-    this.flags[slot] = REFERENCED
+    // not referenced: a key earns its second chance with its second hit (see the class comment)
+    this.flags[slot] = 0
     this.held++
     table.slots.set(key, slot)
     return slot

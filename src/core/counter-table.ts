@@ -96,12 +96,12 @@ export class WindowTable {
   /** Adds `value` to `key` at `nowMs`; returns the sliding rate after the addition. */
   add(key: string, value: number, nowMs: number): number {
     let slot = this.slots.get(key)
-    if (slot === undefined) slot = this.dict.allocate(this, key, nowMs)
+    if (slot === undefined) this.queueSlot((slot = this.dict.allocate(this, key, nowMs)))
+    else if (this.dict.flags[slot] !== HIT_FLAGS) this.touch(slot)
     const d = this.dict.data
     const base = slot * STRIDE
     const start = nowMs < this.endMs && nowMs >= this.startMs ? this.startMs : this.moveTo(nowMs)
     if ((d[base + START] as number) < start) this.roll(base, start)
-    if (this.dict.flags[slot] !== HIT_FLAGS) this.touch(slot)
     let mine = (d[base + CUR_MINE] as number) + value
     // a process takes back at most what it counted in the window: counts never go negative
     if (mine < 0) mine = 0
@@ -120,13 +120,14 @@ export class WindowTable {
       const allowed = cost <= limit
       this.lastAllowed = allowed
       if (!allowed) return 0
-      slot = this.dict.allocate(this, key, nowMs)
-    }
+      // a new key is queued, not referenced: the eviction hand takes a key hit once before one
+      // hit again, so a flood of new keys cannot push out the keys in use (counter-dict.ts)
+      this.queueSlot((slot = this.dict.allocate(this, key, nowMs)))
+    } else if (this.dict.flags[slot] !== HIT_FLAGS) this.touch(slot)
     const d = this.dict.data
     const base = slot * STRIDE
     const start = nowMs < this.endMs && nowMs >= this.startMs ? this.startMs : this.moveTo(nowMs)
     if ((d[base + START] as number) < start) this.roll(base, start)
-    if (this.dict.flags[slot] !== HIT_FLAGS) this.touch(slot)
     let rate = slotRate(d, base, (this.endMs - nowMs) / this.sizeMs)
     if (this.predictMs > 0) rate += estimate(this.dict.pred, slot, d[base + CUR_OTHERS] as number, start, nowMs, this.predictMs)
     const allowed = rate + cost <= limit

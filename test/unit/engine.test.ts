@@ -4,7 +4,7 @@ import { describe, it, mock } from 'node:test'
 import { ioTimers } from '../../src/core/io-timers.js'
 import { newNodeId } from '../../src/core/namespace.js'
 import * as ratelimiting from '../../src/index.js'
-import { ConfigError, createFakeClock, type DiffBatch, MemoryStrategy, RateLimiting, StoreError } from '../../src/index.js'
+import { ConfigError, createFakeClock, type Decision, type DiffBatch, MemoryStrategy, RateLimiting, StoreError } from '../../src/index.js'
 
 const MINUTE = 1_699_999_980_000
 
@@ -473,6 +473,28 @@ describe('the local counter dict', () => {
     assert.ok(stats.dict.capacity <= 100)
     assert.ok(stats.dict.evictions >= 9_900)
     assert.equal(rl.slidingWindow('hot', 60), 1000 + 9_000, 'a hot key survives the flood')
+  })
+
+  it('keeps a key hit now and then through a flood of keys each hit once (a flood cannot reset a victim)', () => {
+    // a login limiter of 10 an hour: an attacker sends junk user names between tries of one
+    for (const [maxKeys, every] of [
+      [1_000, 50],
+      [1_000, 500],
+      [20_000, 5_000],
+    ] as const) {
+      const clock = createFakeClock(MINUTE)
+      const rl = instance()
+      rl.new({ windowSizes: [3600], clock: clock.now, maxKeys })
+      const limiter = rl.limiter({ limits: [{ limit: 10, window: 3600 }] })
+      let admitted = 0
+      let junk = 0
+      for (let i = 0; i < 200; i++) {
+        if ((limiter.hit('victim') as Decision).allowed) admitted++
+        for (let j = 0; j < every; j++) limiter.hit(`junk-${junk++}`)
+      }
+      assert.ok(rl.stats().dict.evictions > 0, 'the dict was full')
+      assert.equal(admitted, 10, `maxKeys ${maxKeys}, a junk key flood of ${every} between tries`)
+    }
   })
 
   it('prefers evicting keys whose hits are synced', async () => {
