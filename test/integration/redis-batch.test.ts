@@ -163,6 +163,29 @@ describe("the service's checks, batched", { timeout: 60_000 }, () => {
     assert.equal((await fixed.check('reset-after')).count, 1)
   })
 
+  it('answers as the memory version when the clock steps back across a bucket boundary and forward again', async () => {
+    const { client } = await recordingClient(new Redis(url))
+    const clock = createFakeClock(T0)
+    const options = { limit: 5, windowMs: 60_000, clock: clock.now }
+    const memory = new MemoryFixedWindow(options)
+    const onRedis = new RedisFixedWindow({ ...options, client, prefix: `${prefix}-step-back` })
+    const boundary = Math.ceil(T0 / 60_000) * 60_000
+    const answers: Array<[boolean, number][]> = [[], []]
+    const both = async (user: string) => {
+      answers[0]?.push(((r) => [r.allowed, r.count] as [boolean, number])(memory.check(user)))
+      answers[1]?.push(((r) => [r.allowed, r.count] as [boolean, number])(await onRedis.check(user)))
+    }
+    for (let round = 0; round < 3; round++) {
+      clock.set(boundary + 10)
+      for (let i = 0; i < 3; i++) await both('stepper')
+      clock.set(boundary - 1) // 11 ms back: the bucket before
+      await both('stepper')
+      await both('other')
+    }
+    assert.deepEqual(answers[0], answers[1])
+    assert.equal(answers[1]?.filter(([allowed], i) => allowed && i % 5 < 3).length, 5, 'the later bucket admits 5 in all')
+  })
+
   for (const rememberDenials of [true, false])
     it(`answers batches of random checks and reads as the memory versions answer them one by one (remember-denials ${rememberDenials ? 'on' : 'off'})`, async () => {
       const { client, sent } = await recordingClient(new Redis(url))

@@ -73,6 +73,35 @@ describe('MemoryFixedWindow', () => {
     assert.equal(admitted, 10)
   })
 
+  it('loses no count when the clock steps back across a bucket boundary and forward again', () => {
+    // an NTP step, or a clock injected by a test: another user's request 11 ms back, in the
+    // bucket before, must not empty the later bucket
+    const { clock, fw } = make(5)
+    let admitted = 0
+    for (let round = 0; round < 4; round++) {
+      clock.set(MINUTE + 10)
+      for (let i = 0; i < 5; i++) if (fw.check('u1').allowed) admitted++
+      clock.set(MINUTE - 1)
+      fw.check('other')
+    }
+    assert.equal(admitted, 5, 'one bucket admits the limit')
+  })
+
+  it('counts a request the clock puts in the bucket before in that bucket, as Redis keys it', () => {
+    const { clock, fw } = make(3)
+    clock.set(MINUTE - 1_000)
+    fw.check('u1')
+    fw.check('u1')
+    clock.set(MINUTE + 1_000)
+    fw.check('u1')
+    clock.set(MINUTE - 500)
+    const back = fw.check('u1')
+    assert.deepEqual([back.allowed, back.count, back.resetMs], [true, 3, 500])
+    assert.equal(fw.check('u1').allowed, false, 'the bucket before holds its 3')
+    clock.set(MINUTE + 2_000)
+    assert.deepEqual([fw.peek('u1').count, fw.check('u1').count], [1, 2], 'the later bucket kept its own')
+  })
+
   it('counts a cost as that many requests and never admits a cost above the limit', () => {
     const { fw } = make(10)
     assert.equal(fw.check('u1', 7).remaining, 3)
@@ -116,13 +145,35 @@ describe('MemoryFixedWindow', () => {
     assert.deepEqual([r.allowed, r.count, r.limit], [true, 3, 3])
   })
 
-  it('drops every counter of a finished bucket at once', () => {
+  it('keeps the bucket before the current one and drops every counter of an older one at once', () => {
     const { clock, fw } = make(5)
     for (let i = 0; i < 100; i++) fw.check(`user-${i}`)
     assert.equal(fw.size, 100)
     clock.advance(60_000)
     fw.check('late')
-    assert.equal(fw.size, 1)
+    assert.equal(fw.size, 101, 'the bucket before, for a clock that steps back')
+    clock.advance(60_000)
+    fw.check('later')
+    assert.equal(fw.size, 2, 'late and later: the first bucket was dropped whole')
+  })
+
+  it('holds at most maxKeys users in both buckets, forgetting the bucket before first', () => {
+    const { clock, fw } = make(5, 60_000, { maxKeys: 3 })
+    fw.check('a')
+    fw.check('b')
+    clock.advance(60_000)
+    fw.check('c')
+    fw.check('d') // evicts a, from the bucket before
+    assert.equal(fw.size, 3)
+    clock.set(MINUTE)
+    assert.deepEqual([fw.peek('a').count, fw.peek('b').count], [0, 1])
+    clock.set(MINUTE + 60_000)
+    fw.check('e') // evicts b
+    fw.check('f') // the bucket before is empty: evicts c
+    assert.deepEqual(
+      ['c', 'd', 'e', 'f'].map((id) => fw.peek(id).count),
+      [0, 1, 1, 1],
+    )
   })
 
   it('holds at most maxKeys users, forgetting the one stored longest ago', () => {
