@@ -26,9 +26,9 @@ export interface Denial {
    */
   readonly untilWindowEnd: boolean
   /**
-   * The count the store reported with the denial, plus {@link local}: the fixed window adds the
-   * cost of each request it answers here when denied requests count, so its answers go on as
-   * Redis's would.
+   * The count the store reported with the denial, or with a later request of the key it
+   * answered ({@link Denials.refresh}), plus {@link local}: the fixed window adds the cost of each
+   * request it answers here when denied requests count, so its answers go on as Redis's would.
    */
   count: number
   /**
@@ -52,6 +52,8 @@ export const MAX_DENIALS = 100_000
  */
 export class Denials {
   private readonly entries = new Map<string, Denial>()
+  // The last check of each key sent to the store and not answered yet (or waiting for one)
+  private readonly inFlight = new Map<string, Promise<unknown>>()
   private readonly max: number
   /** Requests answered from a remembered denial so far (the Redis calls they did not make). */
   answered = 0
@@ -106,6 +108,51 @@ export class Denials {
     this.entries.set(key, denial)
   }
 
+  /**
+   * The store's count of `key` after a request it answered: a denial held for the key answers
+   * with it from then on (plus the costs answered here), since a request the denial did not
+   * answer (a smaller cost, a higher limit) may have been admitted.
+   */
+  refresh(key: string, count: number): void {
+    const denial = this.entries.get(key)
+    if (denial !== undefined) denial.count = count + denial.local
+  }
+
+  /**
+   * Notes `call`, a check of `key` sent to the store, until {@link settled}: meanwhile an answer
+   * of the key from its denial waits for it ({@link after}), since the store runs the checks in
+   * the order sent and its answer may change the count the denial answers with.
+   */
+  sent(key: string, call: Promise<unknown>): void {
+    this.inFlight.set(key, call)
+  }
+
+  /** `call` of `key` is answered (or failed). */
+  settled(key: string, call: Promise<unknown>): void {
+    if (this.inFlight.get(key) === call) this.inFlight.delete(key)
+  }
+
+  /**
+   * The denial to answer with once the checks of `key` sent before are answered (their answers
+   * may change its count): `held`, or the one an answer replaced it with. Answers of the key made
+   * meanwhile wait for this one in turn.
+   */
+  async after(key: string, held: Denial): Promise<Denial> {
+    const before = this.inFlight.get(key)
+    if (before !== undefined) {
+      const waiting = before.then(noop, noop)
+      this.sent(key, waiting)
+      await waiting
+      this.settled(key, waiting)
+    }
+    return this.entries.get(key) ?? held
+  }
+
+  /** Whether a check of `key` is on its way to the store (or waiting for one). */
+  pending(key: string): boolean {
+    return this.inFlight.has(key)
+  }
+
   /** Forgets the denial of `key` (a reset). */
   delete(key: string): void {
     this.entries.delete(key)
@@ -129,3 +176,5 @@ export async function resetKey(
   await runScript(client, DELETE_KEY, [key], [type], timeoutMs, what, 1)
   denials?.delete(key)
 }
+
+function noop(): void {}

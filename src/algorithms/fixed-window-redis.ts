@@ -71,9 +71,12 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
     const nowMs = this.clock()
     const index = Math.floor(nowMs / this.windowMs)
     const key = this.keys.fixedWindow(userId, index)
+    const denials = this.denials
     // the count only grows until the window ends: a denial holds till then for this cost or more
-    const held = this.denials?.get(key, cost, this.limit, nowMs)
+    let held = denials?.get(key, cost, this.limit, nowMs)
     if (held !== undefined) {
+      // a check of the key on its way was made first: what it admits counts in this answer
+      if (denials?.pending(key) === true) held = await denials.after(key, held)
       // as the script: a denied cost counts when denials count, one above the limit never
       if (this.countDenied && cost <= this.limit) {
         held.count += cost
@@ -81,7 +84,7 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
       }
       return fixedWindowResult(this.limit, this.windowMs, index, nowMs, held.count, false, cost)
     }
-    const [allowedFlag, count] = (await runScript(
+    const call = runScript(
       this.client,
       FIXED_WINDOW_CHECK,
       [key],
@@ -89,11 +92,21 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
       this.timeoutMs,
       'fixed window',
       2,
-    )) as [number, number]
+    ) as Promise<[number, number]>
+    denials?.sent(key, call)
+    let reply: [number, number]
+    try {
+      reply = await call
+    } finally {
+      denials?.settled(key, call)
+    }
+    const [allowedFlag, count] = reply
     const allowed = allowedFlag === 1
-    // a denied cost that counts leaves the count above the limit: every cost is denied after it
-    if (!allowed && cost <= this.limit)
-      this.denials?.set(
+    // a denied cost that counts leaves the count above the limit: every cost is denied after it;
+    // any other answer gives a denial still held (of a larger cost, a lower limit) the new count
+    if (allowed || cost > this.limit) denials?.refresh(key, count)
+    else
+      denials?.set(
         key,
         {
           untilMs: (index + 1) * this.windowMs,

@@ -199,6 +199,11 @@ describe("the service's checks, batched", { timeout: 60_000 }, () => {
           new RedisFixedWindow({ ...redisOptions, prefix: `${prefix}-random-fw-${rememberDenials}` }),
         ],
         [
+          'fixed window, denied requests not counted',
+          new MemoryFixedWindow({ ...options, countDenied: false }),
+          new RedisFixedWindow({ ...redisOptions, countDenied: false, prefix: `${prefix}-random-fw-uncounted-${rememberDenials}` }),
+        ],
+        [
           'sliding log',
           new MemorySlidingLog(options),
           new RedisSlidingLog({ ...redisOptions, prefix: `${prefix}-random-log-${rememberDenials}` }),

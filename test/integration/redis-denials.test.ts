@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import { Redis } from 'ioredis'
-import { RedisFixedWindow, RedisSlidingLog } from '../../src/algorithms/index.js'
+import { MemoryFixedWindow, RedisFixedWindow, RedisSlidingLog } from '../../src/algorithms/index.js'
 import { Denials } from '../../src/algorithms/denials.js'
 import { createFakeClock } from '../../src/core/clock.js'
 import { deleteKeys, SHARED_REDIS_URL, uniquePrefix } from './server-helpers.js'
@@ -52,6 +52,32 @@ describe('Redis algorithms: denials answered locally', { timeout: 60_000 }, () =
     clock.advance(30_000) // the next window
     assert.equal((await fw.check('fw')).allowed, true)
     assert.equal(calls, sent + 1)
+  })
+
+  it('fixed window without counting denials: a denial answers with the count of the requests admitted since', async () => {
+    const clock = createFakeClock(MINUTE)
+    const fw = new RedisFixedWindow({ client: counted, limit: 5, windowMs: 60_000, prefix, clock: clock.now, countDenied: false })
+    const memory = new MemoryFixedWindow({ limit: 5, windowMs: 60_000, clock: clock.now, countDenied: false })
+    const answers = []
+    for (const cost of [3, 3, 1, 1]) answers.push(await fw.check('uncounted', cost))
+    const sent = calls
+    answers.push(await fw.check('uncounted', 3))
+    assert.equal(calls, sent, 'the denial of cost 3 still holds: answered without Redis')
+    assert.deepEqual(
+      answers.map((r) => [r.allowed, r.count, r.remaining]),
+      [
+        [true, 3, 2],
+        [false, 3, 2],
+        [true, 4, 1],
+        [true, 5, 0],
+        [false, 5, 0],
+      ],
+    )
+    assert.deepEqual(
+      answers,
+      [3, 3, 1, 1, 3].map((cost) => memory.check('uncounted', cost)),
+      'the memory version answers alike',
+    )
   })
 
   it('fixed window: a reset through the algorithm or a withLimit() variant forgets the denial at once', async () => {
