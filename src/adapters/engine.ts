@@ -37,7 +37,10 @@ export interface EngineOptions {
   readonly clock?: Clock
   /**
    * Synchronous mode: what a hit decides when the store fails or times out: "local" on this
-   * process's counts, "allow" lets it through, "deny" refuses it. @default "local"
+   * process's counts, "allow" lets it through, "deny" refuses it. Unset, our middleware decides
+   * on local counts ("local"), and the stores for express-rate-limit and @fastify/rate-limit hand
+   * the driver's error to the framework, whose `passOnStoreError` / `skipOnError` decide (by
+   * default a 500). @default "local" (middleware), the framework's option (stores)
    */
   readonly onStoreError?: OnStoreError
   /** Longest wait for one store call, ms. @default 1000 */

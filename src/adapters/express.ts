@@ -30,9 +30,10 @@ export type RateLimitingStoreOptions = EngineOptions
  *
  * `windowMs` is any whole number of ms the engine can hold (1 ms and up); a window it refuses is
  * a ConfigError from `init`, which express-rate-limit logs once when the limiter is built. A store
- * failure is decided by `onStoreError` ("local" by default), so `passOnStoreError` only sees other
- * errors. Use one store per `rateLimit()` (express-rate-limit checks that) and give each a
- * different `namespace` when they share a strategy.
+ * failure (synchronous mode) goes to express-rate-limit as the driver's error when `onStoreError`
+ * is unset, and its `passOnStoreError` decides (false by default: a 500); with `onStoreError`
+ * ("local", "allow", "deny") the store decides instead. Use one store per `rateLimit()`
+ * (express-rate-limit checks that) and give each a different `namespace` when they share a strategy.
  *
  * @example
  * app.use(rateLimit({ windowMs: 60_000, limit: 100, standardHeaders: 'draft-8', store: new RateLimitingStore() }))

@@ -80,7 +80,9 @@ function checkParams(params: Params | undefined, where: string): void {
  * with @fastify/rate-limit's LocalStore. `timeWindow` is any whole number of ms the engine can
  * hold. `continueExceeding` and `exponentialBackoff` restart a fixed window, which a sliding
  * window does not have: they are refused when the plugin or the route is registered. A store
- * failure is decided by `onStoreError` ("local" by default), so `skipOnError` only sees other errors.
+ * failure (synchronous mode) goes to @fastify/rate-limit as the driver's error when `onStoreError`
+ * is unset, and its `skipOnError` decides (false by default: a 500); with `onStoreError` ("local",
+ * "allow", "deny") the store decides instead.
  * @fastify/rate-limit has no way to give a hit back (no `skipFailedRequests`): for refunds use
  * {@link createFastifyHook} with `skipFailedRequests` / `skipSuccessfulRequests`.
  *
