@@ -103,7 +103,8 @@ export function defineOwn(rl: RateLimiting, name: string, windowSizes: readonly 
 export interface HitCount {
   /**
    * `ceil(sliding rate)` (at least 1 after a hit): over the limit iff `hits > limit`. When the
-   * store failed and `onStoreError` decided: 0 for "allow", `limit + 1` for "deny".
+   * store failed and `onStoreError` decided: for "allow" 1 after a hit (0 for a read), for
+   * "deny" `limit + 1`.
    */
   readonly hits: number
   /**
@@ -133,8 +134,9 @@ function toCount(d: Decision, limit: number | undefined, min: number, forwardErr
     // the framework's own option decides (passOnStoreError, skipOnError), on the driver's error
     // as with its own stores; onError has had the StoreError
     if (forwardErrors) throw d.storeError.cause instanceof Error ? d.storeError.cause : d.storeError
-    // onStoreError "allow" or "deny" decided: say so in the only words a store has, a count
-    return { hits: d.allowed ? 0 : (limit ?? UNKNOWN_LIMIT) + 1, resetMs: d.resetMs, atWindowEnd: true }
+    // onStoreError "allow" or "deny" decided: say so in the only words a store has, a count; an
+    // allowed hit is the least a hit can be, 1 (express-rate-limit refuses a totalHits below 1)
+    return { hits: d.allowed ? min : (limit ?? UNKNOWN_LIMIT) + 1, resetMs: d.resetMs, atWindowEnd: true }
   }
   // ceil: with an integer limit, hits > limit exactly when rate > limit, the engine's own rule
   const hits = Math.max(min, Math.ceil(d.rate))

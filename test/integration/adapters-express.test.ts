@@ -239,6 +239,17 @@ describe('express-rate-limit with RateLimitingStore', () => {
       assert.equal((await get((await baseWith({ onStoreError: 'deny' })).base)).status, 429)
       assert.deepEqual(await statuses((await baseWith({ onStoreError: 'local' })).base, 2), [200, 429])
     })
+
+    it('answers "allow" with a count express-rate-limit accepts: nothing logged, one hit used', async () => {
+      const { base, logged } = await baseWith({ onStoreError: 'allow' }, { standardHeaders: 'draft-7', legacyHeaders: false })
+      for (let i = 0; i < 3; i++) {
+        const res = await get(base)
+        assert.equal(res.status, 200)
+        assert.equal(res.headers.get('ratelimit'), 'limit=2, remaining=1, reset=45', 'as after a first hit')
+      }
+      // before: totalHits 0, which express-rate-limit logs as ERR_ERL_INVALID_HITS on every request
+      assert.deepEqual(logged, [])
+    })
   })
 
   sharedStoreCases('express', async ({ strategy, namespace, clock, limit }) => {
