@@ -51,7 +51,10 @@ export interface MiddlewareOptions<Req, Ends extends readonly unknown[] = [Req]>
   readonly skip?: (req: Req) => boolean | Promise<boolean>
   /** The header family, or false for none. @default "draft-8" */
   readonly headers?: HeaderMode | false
-  /** Also send express-rate-limit's legacy `X-RateLimit-Limit/-Remaining/-Reset` (reset in epoch s). @default false */
+  /**
+   * Also send express-rate-limit's legacy `X-RateLimit-Limit/-Remaining/-Reset`; the reset is in
+   * epoch s, the window's end, or when denied the moment a request is allowed again. @default false
+   */
   readonly legacyHeaders?: boolean
   /** Add the draft-8 `pk` parameter (a hash of the key), as express-rate-limit does. @default false */
   readonly partitionKey?: boolean
@@ -190,7 +193,11 @@ export class MiddlewareCore<Req, Ends extends readonly unknown[] = [Req]> {
     if (this.legacyHeaders) {
       headers['X-RateLimit-Limit'] = String(Math.floor(decision.limit))
       headers['X-RateLimit-Remaining'] = String(decision.remaining)
-      headers['X-RateLimit-Reset'] = String(Math.ceil((this.clock() + decision.resetMs) / 1000))
+      // denied: the moment a request is allowed again, as with Retry-After; allowed (or denied
+      // with no such moment, a listed key): the end of the window
+      const { allowed, retryAfterMs } = decision
+      const untilMs = !allowed && retryAfterMs > 0 && Number.isFinite(retryAfterMs) ? retryAfterMs : decision.resetMs
+      headers['X-RateLimit-Reset'] = String(Math.ceil((this.clock() + untilMs) / 1000))
     }
     const status = decision.allowed ? 200 : decision.storeError instanceof StoreError ? 503 : 429
     return refund === undefined ? { key, decision, headers, status } : { key, decision, headers, status, refund }

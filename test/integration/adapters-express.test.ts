@@ -326,6 +326,24 @@ describe('createExpressMiddleware', () => {
     assert.equal((await get(base, 'c1', '/', { 'x-cost': '4' })).status, 429, 'the denied hit of 5 counted')
   })
 
+  it('sends X-RateLimit-Reset on a 429 at the moment a request is allowed again, as Retry-After', async () => {
+    const clock = createFakeClock(MINUTE + 40_000) // 20 s left in the window
+    const base = await listen(
+      appWith(createExpressMiddleware({ limit: 3, windowMs: 60_000, key: byHeader, legacyHeaders: true, clock: clock.now })),
+    )
+    const allowed = await get(base)
+    assert.equal(allowed.headers.get('x-ratelimit-reset'), String((MINUTE + 60_000) / 1000), 'allowed: the end of the window')
+    assert.deepEqual(await statuses(base, 2), [200, 200])
+    const denied = await get(base)
+    assert.equal(denied.status, 429)
+    // 4 hits are 3 allowed again when 4 * (1 - p) + 1 <= 3, half way through the next window
+    assert.equal(denied.headers.get('retry-after'), '50')
+    const reset = Number(denied.headers.get('x-ratelimit-reset'))
+    assert.equal(reset, (MINUTE + 90_000) / 1000, 'not the end of the window, 30 s before a request passes')
+    clock.set(reset * 1000) // a client that trusts the header retries then, and passes
+    assert.equal((await get(base)).status, 200)
+  })
+
   it('lets a custom handler answer denials', async () => {
     const clock = createFakeClock(MINUTE)
     const base = await listen(
