@@ -7,12 +7,12 @@
 import { serve } from '@hono/node-server'
 import { getConnInfo } from '@hono/node-server/conninfo'
 import { type Context, Hono } from 'hono'
-import { createHonoMiddleware } from '../src/adapters/hono.js'
+import { createHonoMiddleware, ipKey } from '../src/adapters/hono.js'
 import type { Clock } from '../src/index.js'
 
-/** An API key when there is one, else the client address (on Node). */
+/** An API key when there is one, else the client address (on Node; an IPv6 one stands for its /56). */
 function clientKey(c: Context): string {
-  return c.req.header('x-api-key') ?? getConnInfo(c).remote.address ?? 'unknown'
+  return c.req.header('x-api-key') ?? ipKey(getConnInfo(c).remote.address ?? 'unknown')
 }
 
 /** Builds the app; the example's tests call it and make requests with app.request(). */

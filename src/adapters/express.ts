@@ -13,6 +13,7 @@ import { MiddlewareCore, type MiddlewareOptions, type Outcome } from './middlewa
 import { settleOnEnd } from './refunds.js'
 
 export type { EngineOptions } from './engine.js'
+export { ipKey } from './ip-key.js'
 export type { LimitOption, Outcome, RequestRefund } from './middleware.js'
 
 const STORE = 'RateLimitingStore'
@@ -157,7 +158,7 @@ export type ExpressRateLimitMiddleware = RequestHandler & {
   settled(): Promise<void>
 }
 
-function defaultKey(req: Request): string {
+function clientAddress(req: Request): string {
   return req.ip ?? req.socket?.remoteAddress ?? ''
 }
 
@@ -173,7 +174,7 @@ function succeeded(_req: Request, res: Response): boolean {
  * app.use(createExpressMiddleware({ limits: [{ limit: 10, windowMs: 1000 }, { limit: 100, windowMs: 60_000 }] }))
  */
 export function createExpressMiddleware(options: ExpressMiddlewareOptions): ExpressRateLimitMiddleware {
-  const core = new MiddlewareCore<Request, [Request, Response]>(options, 'createExpressMiddleware', defaultKey, succeeded)
+  const core = new MiddlewareCore<Request, [Request, Response]>(options, 'createExpressMiddleware', clientAddress, succeeded)
   const handler = options.handler
   if (handler !== undefined && typeof handler !== 'function')
     throw new ConfigError('INVALID_OPTION', 'createExpressMiddleware: handler must be a function (req, res, next, outcome)')

@@ -12,6 +12,7 @@ import { MiddlewareCore, type MiddlewareOptions, type Outcome } from './middlewa
 import { settleOnEnd } from './refunds.js'
 
 export type { EngineOptions } from './engine.js'
+export { ipKey } from './ip-key.js'
 export type { LimitOption, Outcome, RequestRefund } from './middleware.js'
 
 const STORE = 'createFastifyStore'

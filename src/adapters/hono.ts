@@ -9,6 +9,7 @@ import { MiddlewareCore, type MiddlewareOptions, type Outcome } from './middlewa
 import type { RequestRefund } from './refunds.js'
 
 export type { EngineOptions } from './engine.js'
+export { ipKey } from './ip-key.js'
 export type { LimitOption, Outcome, RequestRefund } from './middleware.js'
 
 /**

@@ -10,6 +10,7 @@ import type { Decision, Limiter } from '../core/limiter.js'
 import { RateLimiting } from '../core/rate-limiting.js'
 import { chain, optionError, policyName, show, windowSizeOf, withWindowOption } from './common.js'
 import { checkEngineOptions, defineOwn, type EngineOptions } from './engine.js'
+import { checkIpv6Subnet, ipKey } from './ip-key.js'
 import { RefundPolicy, type RefundOptions, type RequestRefund } from './refunds.js'
 
 export type { RefundOptions, RequestRefund } from './refunds.js'
@@ -43,8 +44,19 @@ export interface MiddlewareOptions<Req, Ends extends readonly unknown[] = [Req]>
   readonly windowMs?: number
   /** Shorthand for one limit: how long a client it denies stays blocked, ms (see {@link LimitOption.blockMs}). */
   readonly blockMs?: number
-  /** Who is limited: an IP address, a user id, an API key. @default the client IP (Express, Fastify); required for Hono */
+  /**
+   * Who is limited: an IP address, a user id, an API key. @default the client IP (Express,
+   * Fastify), an IPv6 one grouped by `ipv6Subnet`; required for Hono
+   */
   readonly key?: (req: Req) => string | Promise<string>
+  /**
+   * The default key's IPv6 grouping: a client's addresses within one subnet of this prefix length
+   * share one count (a client holding a /64 cannot rotate addresses to escape the limit), and an
+   * IPv4-mapped address (`::ffff:1.2.3.4`) counts as its IPv4 address. A whole number from 32
+   * to 128, or false for one count per address. Only with the default key (a `key` of your own
+   * can call {@link ipKey}). @default 56, as express-rate-limit
+   */
+  readonly ipv6Subnet?: number | false
   /** How much one request costs, a number or a function of the request. @default 1 */
   readonly cost?: number | ((req: Req) => number | Promise<number>)
   /** Requests for which this returns true are not limited and get no headers. */
@@ -97,25 +109,21 @@ export class MiddlewareCore<Req, Ends extends readonly unknown[] = [Req]> {
   private readonly legacyHeaders: boolean
   private readonly partitionKey: boolean
 
-  /** `succeeded` is the default `requestWasSuccessful`: the framework's status below 400. */
+  /**
+   * `clientAddress` is the framework's client IP, the default key once grouped (none: `key` is
+   * required); `succeeded` is the default `requestWasSuccessful`: the framework's status below 400.
+   */
   constructor(
     options: MiddlewareOptions<Req, Ends>,
     who: string,
-    defaultKey: ((req: Req) => string) | undefined,
+    clientAddress: ((req: Req) => string) | undefined,
     succeeded: (...args: Ends) => boolean,
   ) {
     if (typeof options !== 'object' || options === null) throw optionError(who, 'options', 'an object', options)
     const user = checkEngineOptions(options, who)
     const limits = resolveLimits(options, who)
-    const {
-      key = defaultKey,
-      cost = 1,
-      skip,
-      headers = 'draft-8',
-      legacyHeaders = false,
-      partitionKey = false,
-      countDenied = true,
-    } = options
+    const key = defaultKey(options, who, clientAddress) ?? options.key
+    const { cost = 1, skip, headers = 'draft-8', legacyHeaders = false, partitionKey = false, countDenied = true } = options
     if (typeof key !== 'function') throw optionError(who, 'key', 'a function of the request returning a string', key)
     if (typeof cost === 'number' ? !Number.isFinite(cost) || cost < 0 : typeof cost !== 'function')
       throw optionError(who, 'cost', 'a number >= 0 or a function of the request', cost)
@@ -202,6 +210,24 @@ export class MiddlewareCore<Req, Ends extends readonly unknown[] = [Req]> {
     const status = decision.allowed ? 200 : decision.storeError instanceof StoreError ? 503 : 429
     return refund === undefined ? { key, decision, headers, status } : { key, decision, headers, status, refund }
   }
+}
+
+/** The default key, unless `key` is given: the client address, an IPv6 one grouped by `ipv6Subnet` (checked here). */
+function defaultKey<Req>(
+  options: Pick<MiddlewareOptions<Req>, 'key' | 'ipv6Subnet'>,
+  who: string,
+  clientAddress: ((req: Req) => string) | undefined,
+): ((req: Req) => string) | undefined {
+  const subnet = checkIpv6Subnet(who, options.ipv6Subnet)
+  if (clientAddress === undefined || options.key !== undefined) {
+    if (options.ipv6Subnet !== undefined)
+      throw new ConfigError(
+        'INVALID_OPTION',
+        `${who}: ipv6Subnet groups the default key (the client IP) and is ignored with key; group the address in your key with ipKey(address, ${show(options.ipv6Subnet)})`,
+      )
+    return undefined
+  }
+  return (req) => ipKey(clientAddress(req), subnet)
 }
 
 interface ResolvedLimit {
