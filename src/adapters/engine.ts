@@ -22,7 +22,9 @@ export interface EngineOptions {
   /**
    * With `rateLimiting`: the name of your namespace. Without: the name (or, for the stores, the
    * prefix of the names) of the namespaces the adapter defines; processes that share a store
-   * share the counts of equal names.
+   * share the counts of equal names. Our middleware's default is named after its limits, so two
+   * middlewares with equal limits on one strategy share their counts: give each its own (a
+   * process warning says so when two of one process do).
    */
   readonly namespace?: string
   /** A central store shared by the fleet (any engine strategy). @default undefined (this process only) */

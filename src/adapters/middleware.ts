@@ -8,6 +8,7 @@ import { ConfigError, StoreError } from '../core/errors.js'
 import { type HeaderMode, rateLimitHeaders } from '../core/headers.js'
 import type { Decision, Limiter } from '../core/limiter.js'
 import { RateLimiting } from '../core/rate-limiting.js'
+import type { Strategy } from '../core/strategy.js'
 import { chain, optionError, policyName, show, windowSizeOf, withWindowOption } from './common.js'
 import { checkEngineOptions, defineOwn, type EngineOptions } from './engine.js'
 import { checkIpv6Subnet, ipKey } from './ip-key.js'
@@ -102,6 +103,7 @@ export class MiddlewareCore<Req, Ends extends readonly unknown[] = [Req]> {
   readonly refunds: RefundPolicy<Ends> | undefined
   private readonly clock: Clock
   private readonly owned: RateLimiting | undefined
+  private readonly release: (() => void) | undefined
   private readonly key: (req: Req) => string | Promise<string>
   private readonly cost: number | ((req: Req) => number | Promise<number>)
   private readonly skip: ((req: Req) => boolean | Promise<boolean>) | undefined
@@ -146,6 +148,7 @@ export class MiddlewareCore<Req, Ends extends readonly unknown[] = [Req]> {
       name = options.namespace ?? `${who}-${limits.map((l) => l.name).join('+')}`.replace(/\|/g, '_')
       withWindowOption(who, option, windowsMs, () => defineOwn(rl, name, windowSizes, options))
       this.owned = rl
+      if (options.namespace === undefined && options.strategy !== undefined) this.release = claimDefaultName(who, options.strategy, name)
     }
     const specs = limits.map(({ limit, window, name, blockMs }) => ({ limit, window, name, ...(blockMs > 0 ? { blockMs } : {}) }))
     this.limiter = withWindowOption(who, option, windowsMs, () => rl.limiter({ namespace: name, limits: specs, countDenied }))
@@ -170,6 +173,7 @@ export class MiddlewareCore<Req, Ends extends readonly unknown[] = [Req]> {
 
   /** Stops the middleware's own engine (after the refunds in flight); a no-op when it uses your `rateLimiting`. */
   async close(): Promise<void> {
+    this.release?.()
     await this.refunds?.settled()
     await this.owned?.close()
   }
@@ -209,6 +213,35 @@ export class MiddlewareCore<Req, Ends extends readonly unknown[] = [Req]> {
     }
     const status = decision.allowed ? 200 : decision.storeError instanceof StoreError ? 503 : 429
     return refund === undefined ? { key, decision, headers, status } : { key, decision, headers, status, refund }
+  }
+}
+
+// The default namespaces of our middlewares on each strategy of this process, and how many use each
+const defaultNames = new WeakMap<Strategy, Map<string, number>>()
+
+/**
+ * Records that a middleware counts under its default namespace `name` (derived from the limits)
+ * on `strategy`, and warns when another of this process already does: they share their counts,
+ * which without a strategy they would not. Once per collision; returns the release for close().
+ */
+function claimDefaultName(who: string, strategy: Strategy, name: string): () => void {
+  let names = defaultNames.get(strategy)
+  if (names === undefined) defaultNames.set(strategy, (names = new Map()))
+  const users = (names.get(name) ?? 0) + 1
+  names.set(name, users)
+  if (users === 2)
+    process.emitWarning(
+      `${who}: two middlewares count under the default namespace "${name}" on one strategy, so they share their counts ` +
+        '(without a strategy they would count apart). Give each its own namespace option, or the same one to share on purpose.',
+      { type: 'RateLimitingWarning', code: 'RATELIMITING_SHARED_NAMESPACE' },
+    )
+  let released = false
+  return () => {
+    if (released) return
+    released = true
+    const left = (names.get(name) ?? 1) - 1
+    if (left > 0) names.set(name, left)
+    else names.delete(name)
   }
 }
 

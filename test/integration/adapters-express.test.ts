@@ -344,6 +344,54 @@ describe('createExpressMiddleware', () => {
     assert.equal((await get(base)).status, 200)
   })
 
+  it('warns when two middlewares share counts on one strategy through their default namespace', async () => {
+    const warnings: Error[] = []
+    const onWarning = (w: Error) => {
+      if ((w as Error & { code?: string }).code === 'RATELIMITING_SHARED_NAMESPACE') warnings.push(w)
+    }
+    process.on('warning', onWarning)
+    try {
+      const strategy = new MemoryStrategy()
+      const clock = createFakeClock(MINUTE)
+      const options = { limit: 3, windowMs: 60_000, key: byHeader, strategy, clock: clock.now }
+      const login = createExpressMiddleware(options)
+      const resetPassword = createExpressMiddleware(options)
+      const app = express()
+      app.get('/login', login, (_req, res) => {
+        res.send('ok')
+      })
+      app.get('/reset-password', resetPassword, (_req, res) => {
+        res.send('ok')
+      })
+      const base = await listen(app)
+      const codes = []
+      for (const path of ['/login', '/login', '/login', '/reset-password']) codes.push((await get(base, 'c1', path)).status)
+      assert.deepEqual(codes, [200, 200, 200, 429], 'one count for both routes, as documented')
+      await new Promise((resolve) => setImmediate(resolve))
+      assert.equal(warnings.length, 1)
+      assert.match(
+        warnings[0]?.message ?? '',
+        /^createExpressMiddleware: two middlewares count under the default namespace "createExpressMiddleware-3-in-1min" on one strategy, so they share their counts/,
+      )
+      assert.equal(warnings[0]?.name, 'RateLimitingWarning')
+      // a namespace of one's own (or another strategy, or none) says which counts are whose: no warning
+      const apart = [
+        createExpressMiddleware({ ...options, namespace: 'login' }),
+        createExpressMiddleware({ ...options, namespace: 'reset' }),
+      ]
+      const noStrategy = [0, 1].map(() => createExpressMiddleware({ limit: 3, windowMs: 60_000, key: byHeader }))
+      // a middleware closed frees its name: an app rebuilt in the same process does not warn
+      await login.close()
+      await resetPassword.close()
+      const rebuilt = createExpressMiddleware(options)
+      await new Promise((resolve) => setImmediate(resolve))
+      assert.equal(warnings.length, 1)
+      for (const mw of [rebuilt, ...apart, ...noStrategy]) await mw.close()
+    } finally {
+      process.off('warning', onWarning)
+    }
+  })
+
   it('lets a custom handler answer denials', async () => {
     const clock = createFakeClock(MINUTE)
     const base = await listen(
