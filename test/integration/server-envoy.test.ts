@@ -6,7 +6,7 @@
  */
 /* eslint-disable @typescript-eslint/no-explicit-any -- the client is made from Envoy's .proto files at run time: its messages have no static types */
 import assert from 'node:assert/strict'
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
@@ -454,6 +454,63 @@ describe('the gateway around ShouldRateLimit', () => {
       assert.match(JSON.stringify(rejected?.issues), /edge\.yaml.*unit/)
       const b = await gw.client.call({ domain: 'edge', descriptors: [entries('remote_address', 'reloaded')] })
       assert.equal(b.statuses[0].limit_remaining, 5)
+    } finally {
+      await gw.close()
+    }
+  })
+
+  it("a descriptor's own limit of 0 per unit, or without requests_per_unit, is OVER_LIMIT, as a domain file's rule of 0", async () => {
+    const gw = await startGateway('store: { type: memory }')
+    try {
+      const zero = await gw.client.call({
+        domain: 'edge',
+        descriptors: [
+          entries('remote_address', 'zero-1'),
+          { ...entries('remote_address', 'zero-2'), limit: { requests_per_unit: 0, unit: 'MINUTE' } },
+        ],
+      })
+      assert.deepEqual(
+        [zero.overall_code, zero.statuses.map((st: Message) => [st.code, st.limit_remaining, st.current_limit.unit])],
+        [
+          'OVER_LIMIT',
+          [
+            ['OK', 2, 'MINUTE'],
+            ['OVER_LIMIT', 0, 'MINUTE'],
+          ],
+        ],
+      )
+      const json = await fetch(`${gw.svc.url}/json`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          domain: 'edge',
+          descriptors: [{ entries: [{ key: 'remote_address', value: 'zero-3' }], limit: { unit: 'SECOND' } }],
+        }),
+      })
+      assert.equal(json.status, 429)
+      assert.deepEqual(((await json.json()) as Message).statuses, [
+        { code: 'OVER_LIMIT', currentLimit: { unit: 'SECOND' }, durationUntilReset: '1s' },
+      ])
+      const metrics = await (await fetch(`${gw.svc.url}/metrics`)).text()
+      assert.match(metrics, /ratelimiting_rule_hits_total\{domain="edge",rule="edge\.remote_address_zero-2",kind="over_limit"\} 1/)
+    } finally {
+      await gw.close()
+    }
+  })
+
+  it("a reload keeps the counts of descriptors' own limits, on the memory store too", async () => {
+    const gw = await startGateway('store: { type: memory }')
+    try {
+      const d = { ...entries('remote_address', 'own-limit'), limit: { requests_per_unit: 4, unit: 'HOUR' } }
+      const remaining: number[] = []
+      for (let i = 0; i < 3; i++) remaining.push((await gw.client.call({ domain: 'edge', descriptors: [d] })).statuses[0].limit_remaining)
+      assert.equal(await gw.svc.service.reload('test'), true)
+      remaining.push((await gw.client.call({ domain: 'edge', descriptors: [d] })).statuses[0].limit_remaining)
+      // another default algorithm counts anew
+      gw.svc.write(readFileSync(gw.svc.file, 'utf8').replace('envoy: {', 'envoy: { use-algo: sliding-window-algo,'))
+      assert.equal(await gw.svc.service.reload('test'), true)
+      remaining.push((await gw.client.call({ domain: 'edge', descriptors: [d] })).statuses[0].limit_remaining)
+      assert.deepEqual(remaining, [3, 2, 1, 0, 3])
     } finally {
       await gw.close()
     }

@@ -131,8 +131,9 @@ async function plan(ctx: EnvoyContext, req: EnvoyRequest): Promise<Planned[]> {
     const d = req.descriptors[i] as EnvoyDescriptor
     const hits = d.hitsAddend ?? Math.max(1, req.hitsAddend)
     if (d.limit !== undefined && algorithms.domains.hasDomain(req.domain)) {
-      // the descriptor's own limit: no name, no shadow mode, the default algorithm (as the reference)
-      const algorithm = await algorithms.ofOverride(d.limit.requestsPerUnit, d.limit.unit)
+      // the descriptor's own limit: no name, no shadow mode, the default algorithm (as the reference);
+      // 0 per unit (or none given) denies everything, as a domain file's rule of 0 does, with no algorithm
+      const algorithm = d.limit.requestsPerUnit > 0 ? await algorithms.ofOverride(d.limit.requestsPerUnit, d.limit.unit) : undefined
       if (algorithm === undefined && d.limit.requestsPerUnit > 0)
         throw new EnvoyRequestError(`too many distinct descriptor limits: at most ${MAX_OVERRIDE_LIMITS} are kept`)
       planned.push({

@@ -34,7 +34,8 @@ export class EnvoyAlgorithms {
   readonly domains: DomainConfigSet
   /** Algorithms by rule id. */
   private readonly byRule = new Map<number, RateLimitAlgorithm>()
-  private readonly overrides = new Map<string, RateLimitAlgorithm>()
+  /** Algorithms of descriptors' own limits, by {@link overrideId}; carried over like the rules'. */
+  private readonly overrides = new Map<string, { readonly spec: LimitSpec; readonly algorithm: RateLimitAlgorithm }>()
   /** Carried over by the next runtime: algorithms by state signature, engines by group. */
   readonly states = new Map<string, RateLimitAlgorithm>()
   readonly engines = new Map<string, CounterEngine>()
@@ -72,6 +73,7 @@ export class EnvoyAlgorithms {
         out.states.set(signature, algorithm)
         out.byRule.set(rule.id, algorithm)
       }
+      if (keep) out.keepOverrides(previous)
     } catch (err) {
       await out.close(previous)
       throw err
@@ -89,17 +91,34 @@ export class EnvoyAlgorithms {
    * algorithm. Undefined when {@link MAX_OVERRIDE_LIMITS} distinct overrides are already held.
    */
   async ofOverride(requestsPerUnit: number, unit: RateLimitUnit): Promise<RateLimitAlgorithm | undefined> {
-    const id = `${requestsPerUnit}/${unit}`
+    const spec = this.overrideSpec(requestsPerUnit, unit)
+    const id = overrideId(spec)
     const known = this.overrides.get(id)
-    if (known !== undefined) return known
+    if (known !== undefined) return known.algorithm
     if (this.overrides.size >= MAX_OVERRIDE_LIMITS) return undefined
-    const envoy = this.config.gateway.envoy
-    const algorithm = await this.make({ algo: envoy.algo, requestsPerUnit, unit, syncRate: envoy.syncRate }, 'override', undefined)
+    const algorithm = await this.make(spec, 'override', undefined)
     // two requests may have made it at once: keep the first
     const raced = this.overrides.get(id)
-    if (raced !== undefined) return raced
-    this.overrides.set(id, algorithm)
+    if (raced !== undefined) return raced.algorithm
+    this.overrides.set(id, { spec, algorithm })
     return algorithm
+  }
+
+  /**
+   * Takes over `previous`'s algorithms of descriptors' own limits whose algorithm and sync rate
+   * the config still gives them, with their counts (on the memory store, the counts themselves).
+   */
+  private keepOverrides(previous: EnvoyAlgorithms): void {
+    for (const [id, kept] of previous.overrides) {
+      if (overrideId(this.overrideSpec(kept.spec.requestsPerUnit, kept.spec.unit)) !== id) continue
+      this.overrides.set(id, kept)
+      if (kept.algorithm instanceof CounterAlgorithm) this.engines.set(engineGroup(kept.spec), kept.algorithm.engine)
+    }
+  }
+
+  private overrideSpec(requestsPerUnit: number, unit: RateLimitUnit): LimitSpec {
+    const envoy = this.config.gateway.envoy
+    return { algo: envoy.algo, requestsPerUnit, unit, syncRate: envoy.algo === 'sliding-window-counter-algo' ? envoy.syncRate : 0 }
   }
 
   /** Flushes and stops the counter engines `next` does not keep. */
@@ -159,6 +178,11 @@ function specOf(rule: DomainRule, config: ServiceConfig): LimitSpec {
     unit: rule.unit as RateLimitUnit,
     syncRate: algo === 'sliding-window-counter-algo' ? (rule.syncRate ?? envoy.syncRate) : 0,
   }
+}
+
+// What identifies a descriptor's own limit's algorithm: the same id on a reload keeps it.
+function overrideId(spec: LimitSpec): string {
+  return `${spec.algo}/${spec.requestsPerUnit}/${spec.unit}/${spec.syncRate}`
 }
 
 // One engine per window and sync rate; its namespace starts with "~", which no policy name does.
