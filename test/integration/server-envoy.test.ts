@@ -62,6 +62,13 @@ descriptors:
     rate_limit: { unit: minute, requests_per_unit: 2, algorithm: sliding-window-algo }
   - key: counter_rule
     rate_limit: { unit: minute, requests_per_unit: 2, algorithm: sliding-window-counter-algo, sync_rate: 0 }
+  - key: detailed
+    detailed_metric: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: shadow_detailed
+    detailed_metric: true
+    shadow_mode: true
+    rate_limit: { unit: hour, requests_per_unit: 1 }
 `
 
 const entries = (...pairs: string[]) => {
@@ -185,6 +192,30 @@ function behavesAsTheReference(name: string, store: () => Promise<{ yaml: string
       assert.ok(second.overall_code === 'OVER_LIMIT' || Number(second.statuses[0].duration_until_reset.seconds) === 1)
     })
 
+    it('a descriptor value of any length counts as itself, under a key and a metric label of bounded length', async () => {
+      // two 60 KB values that differ only at their end
+      const long = (end: string) => `${'v'.repeat(60_000)}-${ip}-${end}`
+      const codes: string[] = []
+      for (const d of [
+        entries('detailed', long('a')),
+        entries('detailed', long('a')),
+        entries('detailed', long('b')),
+        { ...entries('remote_address', long('a')), limit: { requests_per_unit: 1, unit: 'MINUTE' } },
+        { ...entries('remote_address', long('a')), limit: { requests_per_unit: 1, unit: 'MINUTE' } },
+        { ...entries('remote_address', long('b')), limit: { requests_per_unit: 1, unit: 'MINUTE' } },
+      ])
+        codes.push((await gw.client.call({ domain: 'edge', descriptors: [d] })).overall_code)
+      assert.deepEqual(codes, ['OK', 'OVER_LIMIT', 'OK', 'OK', 'OVER_LIMIT', 'OK'])
+      const res = await fetch(`${gw.svc.url}/metrics`)
+      assert.equal(res.status, 200)
+      const rules = new Set<string>()
+      for (const m of (await res.text()).matchAll(/^ratelimiting_rule_hits_total\{domain="edge",rule="([^"]*)"/gm))
+        if ((m[1] as string).includes(`-${ip}-`) || (m[1] as string).length > 200) rules.add(m[1] as string)
+      // detailed_metric and a descriptor's own limit name each value: four labels, none longer than 256
+      assert.equal(rules.size, 4, [...rules].join('\n'))
+      for (const rule of rules) assert.ok(rule.length <= 256, `a rule label of ${rule.length} characters`)
+    })
+
     it('replaces: a matched rule drops the rule it names in the same request', async () => {
       const u = `u-${ip}`
       const both = () => gw.client.call({ domain: 'edge', descriptors: [entries('plan', 'free'), entries('user', u)] })
@@ -297,6 +328,9 @@ behavesAsTheReference('redis', async () => ({
     // the rules' keys are the service's own: under <prefix>~envoy
     const keys = await keysUnder(redis, `${redisPrefix}~envoy@rule:fixed:`)
     assert.ok(keys.length > 0, 'fixed-window rules write under <prefix>~envoy@rule:fixed:')
+    // a descriptor value of 60 KB makes a key of bounded length: the prefix, the scope, 256 and the window
+    const envoyKeys = await keysUnder(redis, `${redisPrefix}~envoy`)
+    assert.ok(Math.max(...envoyKeys.map((k) => k.length)) <= redisPrefix.length + 300, 'the longest key')
     await deleteKeys(redis, redisPrefix)
     redis.disconnect()
   },

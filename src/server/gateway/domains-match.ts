@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import type { DomainEntry, DomainMatch, DomainRule } from './domains.js'
 
 // The lookup half of the envoyproxy/ratelimit domain config: the descriptor tree that
@@ -88,6 +89,24 @@ export function escapePart(s: string): string {
   return out
 }
 
+/** The longest counter key or `rule` label kept as it is, in UTF-16 code units (docs/GATEWAY.md, "Keys"). */
+export const MAX_KEY_LENGTH = 256
+
+/**
+ * `key` itself when at most {@link MAX_KEY_LENGTH} long; otherwise its start, `%#` and the
+ * SHA-256 of the whole key (base64url), {@link MAX_KEY_LENGTH} at most in all: a descriptor value
+ * of any length then holds a key of bounded size, and two long keys stay apart. Injective on
+ * counter keys, since `%#` is in no escaped key (every `%` of {@link escapePart}'s starts an escape).
+ */
+export function boundKey(key: string): string {
+  if (key.length <= MAX_KEY_LENGTH) return key
+  const hash = createHash('sha256').update(key).digest('base64url')
+  let cut = MAX_KEY_LENGTH - 2 - hash.length
+  // never split a surrogate pair
+  if ((key.charCodeAt(cut - 1) & 0xfc00) === 0xd800) cut--
+  return `${key.slice(0, cut)}%#${hash}`
+}
+
 /**
  * How the entry at one level found its node: `key_value` is a child's composite key (`value`),
  * a child's `*` pattern matched `key_value` (`wildcard`), or only `key` is (`key`, the
@@ -131,7 +150,11 @@ export function matchTree(domain: string, root: DescriptorNode, entries: readonl
   }
   const rule = level.rule
   if (rule === undefined) return undefined
-  return { rule, counterKey: counterKeyOf(domain, entries, nodes, via), metricKey: metricKeyOf(domain, rule, entries, nodes, via) }
+  return {
+    rule,
+    counterKey: boundKey(counterKeyOf(domain, entries, nodes, via)),
+    metricKey: boundKey(metricKeyOf(domain, rule, entries, nodes, via)),
+  }
 }
 
 /**

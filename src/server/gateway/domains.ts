@@ -83,9 +83,10 @@ export interface DomainMatch {
    * `%25`, `|` → `%7C`, a lone surrogate → `%uD800`), so two descriptors share it only when the
    * reference counts them together. An entry under a `share_threshold` wildcard is
    * `key|*pattern` (the descriptor's `key_value` pattern), whatever its value. Well-formed Unicode.
+   * A key longer than 256 code units is shortened with a hash of the whole (`boundKey`).
    */
   readonly counterKey: string
-  /** The reference's stats key for this hit (`detailed_metric` and `value_to_metric` change it; unsanitized). */
+  /** The reference's stats key for this hit (`detailed_metric` and `value_to_metric` change it; unsanitized; shortened as `counterKey`). */
   readonly metricKey: string
 }
 

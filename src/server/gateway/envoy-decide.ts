@@ -3,7 +3,7 @@ import { rateLimitHeaders } from '../../core/headers.js'
 import type { EnvoyConfig } from '../config-gateway.js'
 import type { ShadowLog } from '../shadow-log.js'
 import { applyReplaces, type RateLimitUnit, UNIT_SECONDS } from './domains.js'
-import { escapePart } from './domains-match.js'
+import { boundKey, escapePart } from './domains-match.js'
 import { type EnvoyAlgorithms, MAX_OVERRIDE_LIMITS } from './envoy-rules.js'
 import type { GatewayMetrics } from './gateway-metrics.js'
 
@@ -142,8 +142,8 @@ async function plan(ctx: EnvoyContext, req: EnvoyRequest): Promise<Planned[]> {
         shadow: false,
         unlimited: false,
         hits,
-        key: overrideKey(req.domain, d.entries),
-        metricKey: metricKeyOf(req.domain, d.entries),
+        key: boundKey(overrideKey(req.domain, d.entries)),
+        metricKey: boundKey(metricKeyOf(req.domain, d.entries)),
       })
       continue
     }
