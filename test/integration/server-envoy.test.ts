@@ -550,6 +550,33 @@ describe('the gateway around ShouldRateLimit', () => {
     }
   })
 
+  it('shadow_mode with detailed_metric: the log keeps at most 1000 values apart, the metrics count every one', async () => {
+    const gw = await startGateway('store: { type: memory }')
+    try {
+      // 2048 values, each over the limit by its own hits: 32 requests of 64 descriptors at once
+      const calls = []
+      for (let r = 0; r < 32; r++) {
+        const descriptors = []
+        for (let i = 0; i < 64; i++) descriptors.push({ ...entries('shadow_detailed', `value-${r}-${i}`), hits_addend: { value: 2 } })
+        calls.push(gw.client.call({ domain: 'edge', descriptors }))
+      }
+      assert.deepEqual(new Set((await Promise.all(calls)).map((a) => a.overall_code)), new Set(['OK']))
+      const lines = gw.svc.logs.filter((l) => l.msg === 'shadow mode: would have denied')
+      assert.equal(lines.filter((l) => typeof l.rule === 'string').length, 1000)
+      assert.deepEqual(
+        lines.filter((l) => l.otherSubjects === true).map((l) => l.suppressed),
+        [0],
+      )
+      const metrics = await (await fetch(`${gw.svc.url}/metrics`)).text()
+      assert.equal(
+        [...metrics.matchAll(/^ratelimiting_shadow_denials_total\{domain="edge",rule="edge\.shadow_detailed_value-\S+ 1$/gm)].length,
+        2048,
+      )
+    } finally {
+      await gw.close()
+    }
+  })
+
   it('a change of a domain file is picked up without a signal when the service watches', async () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'rl-envoy-watch-'))
     mkdirSync(path.join(dir, 'domains'))
