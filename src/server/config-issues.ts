@@ -116,6 +116,13 @@ export function issueOf(error: ErrorObject, raw: unknown): { path: string[]; mes
         }
       if (path.join('.') === 'store.schema')
         return { path, message: `must be a plain identifier (letters, digits, "_", not starting with a digit, at most 63), got ${got}` }
+      // the token itself stays out of the message: it is a secret
+      if (path[0] === 'auth')
+        return {
+          path,
+          message:
+            'must be visible ASCII characters (spaces only between them): a request cannot present another in its Authorization header',
+        }
       if (path[path.length - 1] === 'key-prefix')
         return {
           path,

@@ -8,6 +8,11 @@ export const FAIL_POLICIES = ['error', 'allow', 'deny'] as const
 export const HEADER_MODES = ['draft-6', 'draft-7', 'draft-8', 'draft-9', 'draft-10', 'kong'] as const
 /** pino levels. */
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
+/**
+ * A bearer token as a request can present it: auth.ts compares the `Authorization` header's
+ * value trimmed, and Node reads header bytes as latin1, so only visible ASCII, spaces inside.
+ */
+const TOKEN = { type: 'string', minLength: 8, pattern: '^[!-~](?:[ -~]*[!-~])?$' } as const
 /** Policy names: they appear in URLs, metrics labels and store namespaces. */
 export const POLICY_NAME_PATTERN = '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$'
 /** The largest `max-requests` (and per-user override) a policy may have. */
@@ -149,11 +154,8 @@ export const CONFIG_SCHEMA = {
       type: 'object',
       additionalProperties: false,
       properties: {
-        tokens: { type: 'array', items: { type: 'string', minLength: 8 } },
-        'admin-tokens': {
-          type: 'array',
-          items: { type: 'string', minLength: 8 },
-        },
+        tokens: { type: 'array', items: TOKEN },
+        'admin-tokens': { type: 'array', items: TOKEN },
       },
     },
   },

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict'
 import { request as httpRequest } from 'node:http'
 import { connect } from 'node:net'
 import { after, before, describe, it } from 'node:test'
+import { ConfigFileError } from '../../src/server/config.js'
 import { type Answer, call, check, startTestService, type TestService } from './server-helpers.js'
 
 const CLIENT = 'client-token-123'
@@ -328,6 +329,20 @@ describe('service HTTP API with auth', { timeout: 60_000 }, () => {
       ).status,
       204,
     )
+  })
+
+  it('takes a token with spaces inside as a request presents it; refuses to start with one no request can present', async () => {
+    const spaced = await startTestService(`${CONFIG}\nauth: { tokens: ["token with spaces"] }\n`)
+    try {
+      assert.equal((await check(spaced.url, { userId: 'a3' }, { authorization: 'Bearer token with spaces ' })).status, 200)
+    } finally {
+      await spaced.close()
+    }
+    for (const token of ['spaced-token  ', 'tökén-1234'])
+      await assert.rejects(
+        startTestService(`${CONFIG}\nauth: { tokens: ["${token}"] }\n`),
+        (err: unknown) => err instanceof ConfigFileError && /auth\.tokens\.0: must be visible ASCII characters/.test(err.message),
+      )
   })
 
   it('keeps /healthz, /readyz and /metrics open for probes and scrapers', async () => {

@@ -217,6 +217,21 @@ describe('service config', () => {
     )
   })
 
+  it('refuses tokens no request can present: surrounding whitespace, control or non-ASCII characters', () => {
+    const lines = issuesOf(
+      'auth: { tokens: ["spaced-token  ", "tökén-1234", "tab\\tinside"], admin-tokens: [" admin-token"] }\nstore: { type: memory }\n',
+    )
+    assert.deepEqual(
+      lines.map((l) => /: (auth\.[\w-]+\.\d): must be visible ASCII characters \(spaces only between them\)/.exec(l)?.[1]),
+      ['auth.tokens.0', 'auth.tokens.1', 'auth.tokens.2', 'auth.admin-tokens.0'],
+    )
+    assert.ok(!lines.join('\n').includes('spaced-token'), 'the tokens stay out of the message')
+    assert.deepEqual(issuesOf('store: { type: memory }\n', { RATELIMITING_AUTH_TOKENS: 'client-token-1,tökén-1234' }).length, 1)
+    assert.deepEqual(parseConfig('auth: { tokens: ["inner spaces ok"] }\nstore: { type: memory }\n', 'rl.yaml', {}).auth?.tokens, [
+      'inner spaces ok',
+    ])
+  })
+
   it('takes the store URL and tokens from the environment', () => {
     const text = 'store: { type: redis, url: "redis://example.invalid:6379" }\n'
     const c = parseConfig(text, 'rl.yaml', {
