@@ -113,7 +113,8 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
   const hooks = {
     ...(options.clock !== undefined ? { clock: options.clock } : {}),
     onStoreError(operation: string, err: Error) {
-      metrics.storeError(current?.store.type ?? 'unknown', operation)
+      // while the first runtime starts, its store is the config's
+      metrics.storeError(current?.store.type ?? config.store.type, operation)
       const now = Date.now()
       const last = lastLogged.get(operation)
       if (last !== undefined && now - last.atMs < 1000) {

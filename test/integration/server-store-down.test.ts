@@ -106,6 +106,10 @@ describe('service with its store down', { timeout: 60_000 }, () => {
       const late = await startTestService(config(redis.url, 'error'))
       try {
         assert.equal((await call(`${late.url}/readyz`)).status, 503)
+        // the errors of the start are the store's too
+        const metrics = await (await fetch(`${late.url}/metrics`)).text()
+        assert.match(metrics, /ratelimiting_store_errors_total\{store="redis",operation="connection"\} [1-9]/)
+        assert.doesNotMatch(metrics, /store="unknown"/)
         await redis.start()
         await until(async () => (await call(`${late.url}/readyz`)).status === 200, 5_000, 'readiness after Redis restarted')
         assert.equal((await check(late.url, { userId: 'late' })).status, 200)
