@@ -12,7 +12,7 @@ import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { Redis } from 'ioredis'
 import { RedisStrategy } from '../../src/strategies/redis/index.js'
-import { check, delay, deleteKeys, root, SHARED_REDIS_URL, uniquePrefix, until } from './server-helpers.js'
+import { check, delay, deleteKeys, freePort, root, SHARED_REDIS_URL, uniquePrefix, until } from './server-helpers.js'
 
 const CLI = path.join(root, 'src/server/cli.ts')
 
@@ -169,6 +169,18 @@ describe('ratelimiting serve as a process', { timeout: 60_000 }, () => {
     } finally {
       blocker.close()
     }
+  })
+
+  it('exits 4 when PostgreSQL cannot be reached at start: its table is created then', async () => {
+    const file = path.join(dir, 'postgres-down.yaml')
+    writeFileSync(
+      file,
+      `server: { port: 0 }\nrate-limiter: { use-algo: sliding-window-counter-algo }\nstore: { type: postgres, url: "postgres://127.0.0.1:${await freePort()}/test" }\n`,
+    )
+    const child = run(['serve', '--config', file])
+    children.push(child)
+    assert.equal(await child.exited, 4)
+    assert.match(JSON.stringify(child.logs), /ECONNREFUSED/)
   })
 
   it('exits 2 on a bad command line', async () => {
