@@ -209,7 +209,9 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
         }
         const cost = fields.cost ?? 1
         if (typeof cost !== 'number' || !Number.isInteger(cost) || cost < 1 || cost > MAX_COST) {
-          sendError(res, 400, 'invalid_request', `cost must be an integer from 1 to ${MAX_COST}, got ${JSON.stringify(cost)}`)
+          // JSON's 1e400 is Infinity, which JSON.stringify would call null
+          const got = cost === Infinity ? 'a number too large' : cost === -Infinity ? 'a number too small' : JSON.stringify(cost)
+          sendError(res, 400, 'invalid_request', `cost must be an integer from 1 to ${MAX_COST}, got ${got}`)
           return
         }
         const policy = policyOf(runtime, res, fields.policy)

@@ -211,6 +211,8 @@ describe('service HTTP API (memory store)', { timeout: 60_000 }, () => {
       ['a fractional cost', '{"userId": "bad", "cost": 1.5}', /cost must be an integer/],
       ['a negative cost', '{"userId": "bad", "cost": -3}', /cost must be an integer/],
       ['a huge cost', '{"userId": "bad", "cost": 1e300}', /cost must be an integer/],
+      ['a cost beyond a double', '{"userId": "bad", "cost": 1e400}', /cost must be an integer from 1 to 1000000, got a number too large$/],
+      ['a cost below a double', '{"userId": "bad", "cost": -1e400}', /cost must be an integer from 1 to 1000000, got a number too small$/],
       ['a numeric policy', '{"userId": "bad", "policy": 7}', /policy must be a string/],
     ]
     for (const [what, body, message] of cases) {
