@@ -32,6 +32,7 @@ describe('service config: gateway keys', () => {
   it('RATELIMITING_SHADOW_MODE turns the global shadow mode on or off; a value that is not a boolean is an error naming it', () => {
     assert.equal(parseConfig(memory, 'rl.yaml', { RATELIMITING_SHADOW_MODE: 'true' }).gateway.shadowMode, true)
     assert.equal(parseConfig(`${memory}shadow-mode: true\n`, 'rl.yaml', { RATELIMITING_SHADOW_MODE: '0' }).gateway.shadowMode, false)
+    assert.equal(parseConfig(memory, 'rl.yaml', { RATELIMITING_SHADOW_MODE: 'On' }).gateway.shadowMode, true)
     assert.throws(
       () => parseConfig(memory, 'rl.yaml', { RATELIMITING_SHADOW_MODE: 'maybe' }),
       /shadow-mode: must be a boolean, got "RATELIMITING_SHADOW_MODE=maybe"/,
