@@ -28,6 +28,9 @@ import { answerEnvoyJson } from './gateway/json-api.js'
 /** Largest `cost` one request may ask for. */
 export const MAX_COST = 1_000_000
 
+// The fields of a POST /v1/check body.
+const CHECK_FIELDS = new Set(['userId', 'policy', 'cost'])
+
 /** What the request handler needs from the service. */
 export interface HandlerContext {
   /** The runtime new requests use (a reload swaps it). */
@@ -202,6 +205,12 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
           return
         }
         const fields = input as Record<string, unknown>
+        // a misspelt field ("Policy") would otherwise fall back to the default policy unseen
+        const unknown = Object.keys(fields).find((name) => !CHECK_FIELDS.has(name))
+        if (unknown !== undefined) {
+          sendError(res, 400, 'invalid_request', `unknown field ${JSON.stringify(unknown)}; the fields are userId, policy and cost`)
+          return
+        }
         const problem = userIdProblem(fields.userId, runtime.config.server.maxUserIdLength)
         if (problem !== undefined) {
           sendError(res, 400, 'invalid_request', problem)

@@ -214,6 +214,8 @@ describe('service HTTP API (memory store)', { timeout: 60_000 }, () => {
       ['a cost beyond a double', '{"userId": "bad", "cost": 1e400}', /cost must be an integer from 1 to 1000000, got a number too large$/],
       ['a cost below a double', '{"userId": "bad", "cost": -1e400}', /cost must be an integer from 1 to 1000000, got a number too small$/],
       ['a numeric policy', '{"userId": "bad", "policy": 7}', /policy must be a string/],
+      // a misspelt policy field would check the default policy instead of the one meant
+      ['a misspelt field', '{"userId": "bad", "Policy": "login"}', /unknown field "Policy"; the fields are userId, policy and cost$/],
     ]
     for (const [what, body, message] of cases) {
       it(`answers 400 to ${what}`, async () => {
