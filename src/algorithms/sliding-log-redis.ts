@@ -83,9 +83,11 @@ export class RedisSlidingLog implements RateLimitAlgorithm {
       4,
     )) as [number, number, number, number]
     const allowed = allowedFlag === 1
+    // an admitted request (a variant's higher limit) adds an entry the held denial did not see
+    if (allowed) this.denials?.delete(key)
     // only then is the answer the same until retryAt: a larger cost (or a log past its limit)
     // waits for several entries, and the count falls as the first ones leave
-    if (!allowed && cost === 1 && count === this.limit && retryAt >= 0)
+    else if (cost === 1 && count === this.limit && retryAt >= 0)
       this.denials?.set(
         key,
         { untilMs: retryAt, cost, limit: this.limit, untilWindowEnd: false, count, local: 0, resetAtMs: resetAt },

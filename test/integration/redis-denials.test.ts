@@ -139,6 +139,37 @@ describe('Redis algorithms: denials answered locally', { timeout: 60_000 }, () =
     assert.equal((await log.check('log', 1)).allowed, true, 'the denial ended: Redis admits it')
   })
 
+  it('sliding log: a request a higher limit admits ends the denial, so later answers count it', async () => {
+    const clock = createFakeClock(MINUTE)
+    const log = new RedisSlidingLog({ client: counted, limit: 3, windowMs: 10_000, prefix, clock: clock.now })
+    const asked = new RedisSlidingLog({
+      client: redis,
+      limit: 3,
+      windowMs: 10_000,
+      prefix: `${prefix}-asked`,
+      clock: clock.now,
+      rememberDenials: false,
+    })
+    const answers: unknown[][] = []
+    for (const [limit, advance] of [
+      [3, 0],
+      [3, 1_000],
+      [3, 1_000],
+      [3, 1_000], // denied: remembered
+      [5, 1_000], // a per-user limit of 5 (an override) admits a 4th
+      [3, 1_000], // denied, with the 4 entries and the wait they make
+    ] as const) {
+      clock.advance(advance)
+      const pair = []
+      for (const algorithm of [log, asked]) {
+        const r = await (limit === 3 ? algorithm : algorithm.withLimit(limit)).check('override')
+        pair.push([r.allowed, r.count, r.retryAfterMs, r.resetMs])
+      }
+      answers.push(pair)
+    }
+    for (const [i, [remembered, redisAnswer]] of answers.entries()) assert.deepEqual(remembered, redisAnswer, `request ${i + 1}`)
+  })
+
   it('keeps at most the denials it is given room for, forgetting the oldest first', () => {
     const denials = new Denials(2)
     const denial = (untilMs: number) => ({ untilMs, cost: 1, limit: 1, untilWindowEnd: true, count: 2, local: 0, resetAtMs: 0 })
