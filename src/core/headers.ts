@@ -41,9 +41,10 @@ function sfString(value: string): string {
 }
 
 function resetSeconds(state: LimitState, allowed: boolean): number {
-  // when denied, t is the wait (a sliding window adds quota back before the window ends), so it
-  // matches Retry-After, which draft-8 §5 says should not point earlier than t
-  if (!allowed && Number.isFinite(state.retryAfterMs)) return Math.max(1, seconds(state.retryAfterMs))
+  // when denied, t of a limit that holds the hit back is the wait (a sliding window adds quota
+  // back before the window ends), so it matches Retry-After, which draft-8 §5 says should not
+  // point earlier than t; a limit with room for the hit (no wait) keeps its window's reset
+  if (!allowed && state.retryAfterMs > 0 && Number.isFinite(state.retryAfterMs)) return Math.max(1, seconds(state.retryAfterMs))
   return seconds(state.resetMs)
 }
 

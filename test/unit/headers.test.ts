@@ -96,6 +96,24 @@ describe('rateLimitHeaders', () => {
     assert.equal(h.RateLimit, `"10-in-60s";r=0;t=${retry}`)
   })
 
+  it('when denied, gives each limit its own t: the wait of those that hold the hit back, the reset of one with room', () => {
+    // 2 a second and 100 a minute, 13 s into the minute: the 3rd hit is denied by the second's
+    const clock = createFakeClock(MINUTE + 13_000)
+    const rl = RateLimiting.newInstance('headers-denied')
+    rl.new({ windowSizes: [1, 60], clock: clock.now })
+    const limiter = rl.limiter({
+      limits: [
+        { limit: 2, window: 1, name: 'second' },
+        { limit: 100, window: 60, name: 'minute' },
+      ],
+    })
+    limiter.hit('k')
+    limiter.hit('k')
+    const d = limiter.hit('k') as Decision
+    assert.equal(d.allowed, false)
+    assert.equal(rateLimitHeaders(d, 'draft-8').RateLimit, '"second";r=0;t=2, "minute";r=97;t=47')
+  })
+
   it('escapes policy names as structured field strings', () => {
     const clock = createFakeClock(MINUTE)
     const rl = RateLimiting.newInstance('names')
