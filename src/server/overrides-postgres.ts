@@ -1,4 +1,4 @@
-import type pg from 'pg'
+import type * as pg from 'pg'
 import { type Statement, Sessions } from '../strategies/postgres/sessions.js'
 import type { ServiceConfig } from './config.js'
 import { firstVersion, type OverrideBackend, type OverrideSnapshot, type StoredOverride } from './overrides-store.js'

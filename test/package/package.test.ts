@@ -182,6 +182,13 @@ describe('the built package', () => {
       path.join(root, 'node_modules/@types'),
     ]
     node([tsc, ...flags, 'esm.mts', 'cjs.cts'])
+    // node10 and CommonJS without esModuleInterop or skipLibCheck: our declarations import the
+    // CommonJS drivers' types in a way such a project accepts (a default import of pg was TS1192)
+    writeFileSync(
+      path.join(consumer, 'node10.ts'),
+      "import { PostgresStrategy } from 'ratelimiting/postgres'\nimport { RedisStrategy } from 'ratelimiting/redis'\nexport const s = [PostgresStrategy, RedisStrategy]\n",
+    )
+    node([tsc, ...flags.slice(0, 2), '--module', 'commonjs', '--moduleResolution', 'node10', ...flags.slice(6), 'node10.ts'])
     assert.throws(
       () => node([tsc, ...flags, 'bad.mts']),
       (err: unknown) => /bad\.mts\(2,\d+\): error TS2322/.test(String((err as { stdout?: string }).stdout)),

@@ -1,4 +1,4 @@
-import type pg from 'pg'
+import type * as pg from 'pg'
 import { StoreError } from '../../core/errors.js'
 import { withTimeout } from '../../core/timeout.js'
 
