@@ -19,7 +19,7 @@ export type { Decision, HitOptions, LimiterOptions, LimitSpec, LimitState, Windo
  *
  * @example
  * const limiter = rl.limiter({ namespace: 'api', limits: [{ limit: 100, window: 60 }] })
- * const d = limiter.hit('1.2.3.4')
+ * const d = await limiter.hit('1.2.3.4') // a Decision, or in a synchronous namespace a Promise of one
  * if (!d.allowed) console.log(`retry in ${d.retryAfterMs} ms`)
  */
 export class Limiter extends Decisions {
