@@ -49,13 +49,15 @@ Environment:
                              for Redis when comma-separated)
   RATELIMITING_AUTH_TOKENS   comma-separated bearer tokens (replaces auth.tokens)
   RATELIMITING_ADMIN_TOKENS  comma-separated admin tokens (replaces auth.admin-tokens)
-  RATELIMITING_SHADOW_MODE   true or false (replaces shadow-mode: decide and count, but allow)
+  RATELIMITING_SHADOW_MODE   true or false, 1 or 0, yes or no, on or off (replaces
+                             shadow-mode: decide and count, but allow)
 
 Signals: SIGHUP reloads the config; SIGTERM and SIGINT stop gracefully (in-flight requests
 finish, unsynced counts are flushed).
 
 Exit codes: 0 ok, 1 failure while running, 2 bad command line, 3 invalid config,
-4 could not start (store module or driver missing, port in use).
+4 could not start (store module or driver missing, port in use, PostgreSQL unreachable or
+its table not created).
 `
 
 /** Where the CLI writes and which process it controls; replaced in tests. */
