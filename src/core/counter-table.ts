@@ -142,13 +142,17 @@ export class WindowTable {
    * process's unsynced hits in the current window. A key read is refreshed by the next sync.
    */
   rate(key: string, nowMs: number, curDiff?: number): number {
-    const slot = this.slots.get(key)
-    if (slot === undefined) return curDiff ?? 0
+    let slot = this.slots.get(key)
+    if (slot === undefined) {
+      // a key this process has not seen: in a periodic namespace it is held from now (queued, not
+      // referenced), so the next sync reads the fleet's count; a read otherwise answered 0 for good
+      if (!this.queuesHits) return curDiff ?? 0
+      this.queueSlot((slot = this.dict.allocate(this, key, nowMs)))
+    } else if (this.dict.flags[slot] !== HIT_FLAGS) this.touch(slot)
     const d = this.dict.data
     const base = slot * STRIDE
     const start = nowMs < this.endMs && nowMs >= this.startMs ? this.startMs : this.moveTo(nowMs)
     if ((d[base + START] as number) < start) this.roll(base, start)
-    if (this.dict.flags[slot] !== HIT_FLAGS) this.touch(slot)
     let rate = slotRate(d, base, (this.endMs - nowMs) / this.sizeMs)
     if (this.predictMs > 0) rate += estimate(this.dict.pred, slot, d[base + CUR_OTHERS] as number, start, nowMs, this.predictMs)
     if (curDiff === undefined) return rate

@@ -168,6 +168,23 @@ describe('sync modes', () => {
     await rl.close()
   })
 
+  it("periodic mode: a process that only reads a key learns the fleet's count at its next sync", async () => {
+    const store = new MemoryStrategy()
+    const clock = createFakeClock(MINUTE)
+    const [a, b] = [instance('reader-a'), instance('reader-b')]
+    for (const rl of [a, b]) rl.new({ windowSizes: [60], syncRate: 1, strategy: store, autoSync: false, clock: clock.now })
+    const limiter = (rl: RateLimiting) => rl.limiter({ limits: [{ limit: 5, window: 60 }] })
+    for (let i = 0; i < 5; i++) limiter(a).hit('k')
+    await a.sync()
+    // b has never seen the key: its first reads answer locally, and hold the key for the sync
+    assert.equal((limiter(b).peek('k') as Decision).remaining, 5)
+    assert.equal(b.slidingWindow('other', 60), 0)
+    await b.sync()
+    assert.equal((limiter(b).peek('k') as Decision).remaining, 0, 'peek after the sync')
+    assert.equal(b.slidingWindow('k', 60), 5, 'slidingWindow after the sync')
+    assert.equal((limiter(b).hit('k') as Decision).allowed, false, "the fleet's limit holds for the reader's first hit")
+  })
+
   it('local mode needs no strategy and never touches one', async () => {
     const store = new MemoryStrategy()
     const rl = instance()
