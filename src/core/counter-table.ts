@@ -96,7 +96,7 @@ export class WindowTable {
   /** Adds `value` to `key` at `nowMs`; returns the sliding rate after the addition. */
   add(key: string, value: number, nowMs: number): number {
     let slot = this.slots.get(key)
-    if (slot === undefined) this.queueSlot((slot = this.dict.allocate(this, key, nowMs)))
+    if (slot === undefined) slot = this.hold(key, nowMs)
     else if (this.dict.flags[slot] !== HIT_FLAGS) this.touch(slot)
     const d = this.dict.data
     const base = slot * STRIDE
@@ -120,9 +120,7 @@ export class WindowTable {
       const allowed = cost <= limit
       this.lastAllowed = allowed
       if (!allowed) return 0
-      // a new key is queued, not referenced: the eviction hand takes a key hit once before one
-      // hit again, so a flood of new keys cannot push out the keys in use (counter-dict.ts)
-      this.queueSlot((slot = this.dict.allocate(this, key, nowMs)))
+      slot = this.hold(key, nowMs)
     } else if (this.dict.flags[slot] !== HIT_FLAGS) this.touch(slot)
     const d = this.dict.data
     const base = slot * STRIDE
@@ -144,10 +142,10 @@ export class WindowTable {
   rate(key: string, nowMs: number, curDiff?: number): number {
     let slot = this.slots.get(key)
     if (slot === undefined) {
-      // a key this process has not seen: in a periodic namespace it is held from now (queued, not
-      // referenced), so the next sync reads the fleet's count; a read otherwise answered 0 for good
+      // a key this process has not seen: in a periodic namespace it is held from now, so the
+      // next sync reads the fleet's count; a read otherwise answered 0 for good
       if (!this.queuesHits) return curDiff ?? 0
-      this.queueSlot((slot = this.dict.allocate(this, key, nowMs)))
+      slot = this.hold(key, nowMs)
     } else if (this.dict.flags[slot] !== HIT_FLAGS) this.touch(slot)
     const d = this.dict.data
     const base = slot * STRIDE
@@ -349,6 +347,14 @@ export class WindowTable {
     const f = flags[slot] as number
     flags[slot] = f | HIT_FLAGS
     if ((f & QUEUED) === 0 && this.queuesHits) this.enqueue(slot)
+  }
+
+  // A new key's slot, queued but not referenced: eviction takes a key seen once before one hit
+  // again, so a flood of new keys cannot push out the keys in use (counter-dict.ts).
+  private hold(key: string, nowMs: number): number {
+    const slot = this.dict.allocate(this, key, nowMs)
+    this.queueSlot(slot)
+    return slot
   }
 
   private queueSlot(slot: number): void {
