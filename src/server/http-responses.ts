@@ -1,4 +1,4 @@
-import type { ServerResponse } from 'node:http'
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { AlgorithmResult } from '../algorithms/types.js'
 import { rateLimitHeaders } from '../core/headers.js'
 import type { DecisionReason, ListVerdict } from '../core/key-lists.js'
@@ -10,8 +10,48 @@ import type { Policy, Runtime } from './runtime.js'
 /** Response headers by lower-case name. */
 export type Headers = Record<string, string>
 
-/** Sends a JSON body (a string) with `headers`. */
+// Node queues the answers of pipelined requests, so an answer that closes its connection (a 413)
+// may wait behind one still being decided, and the socket stays writable meanwhile. The requests
+// that arrived behind that answer can get none: each request gets its place on its connection,
+// and each connection the place of the first request whose answer closes it.
+interface Arrivals {
+  next: number
+  closesAfter: number
+}
+const connections = new WeakMap<object, Arrivals>()
+const places = new WeakMap<IncomingMessage, number>()
+
+/** Gives `req` its place on its connection; called once per request, as it arrives. */
+export function noteArrival(req: IncomingMessage): void {
+  let arrivals = connections.get(req.socket)
+  if (arrivals === undefined) {
+    arrivals = { next: 0, closesAfter: Number.POSITIVE_INFINITY }
+    connections.set(req.socket, arrivals)
+  }
+  places.set(req, arrivals.next++)
+}
+
+/**
+ * Whether an answer to `req` can still reach its client: not once its connection is closed, nor
+ * when an answer to a request that arrived before it on the same connection closes it (perhaps
+ * still queued). A request that cannot be answered is never decided, so never counted
+ * (docs/SERVICE.md, "What a 503 means for the count").
+ */
+export function isAnswerable(req: IncomingMessage): boolean {
+  if (!req.socket.writable) return false
+  const closesAfter = connections.get(req.socket)?.closesAfter
+  return closesAfter === undefined || (places.get(req) ?? 0) <= closesAfter
+}
+
+function closesConnection(req: IncomingMessage): void {
+  const arrivals = connections.get(req.socket)
+  const place = places.get(req)
+  if (arrivals !== undefined && place !== undefined && place < arrivals.closesAfter) arrivals.closesAfter = place
+}
+
+/** Sends a JSON body (a string) with `headers`; `connection: close` among them marks the connection as closing. */
 export function send(res: ServerResponse, status: number, body: string, headers: Headers): void {
+  if (headers.connection === 'close') closesConnection(res.req)
   headers['content-type'] = 'application/json'
   headers['content-length'] = String(Buffer.byteLength(body))
   res.writeHead(status, headers)

@@ -8,7 +8,9 @@ import type { Grant } from './auth.js'
 import { readJsonBody, userIdProblem } from './http-input.js'
 import { FORWARD_AUTH_PATH, forwardAuth, type ForwardAuthGate } from './forward-auth.js'
 import {
+  isAnswerable,
   listedResult,
+  noteArrival,
   rateLimitHeaderList,
   resultBody,
   send,
@@ -148,7 +150,7 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
     deniedStatus: number,
   ): void {
     // the connection was closed or is closing since the request arrived: no answer can reach the client
-    if (!req.socket.writable) return
+    if (!isAnswerable(req)) return
     // the user's own limit, when it has an override: the same counters, the limit it applies
     const policy = withOverride(configured, userId)
     runtime.enter()
@@ -352,9 +354,10 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
   const forwardAuthGate: ForwardAuthGate = { unauthorized, decide }
 
   return function handleRequest(req: IncomingMessage, res: ServerResponse): void {
+    noteArrival(req)
     // pipelined behind an answer that closed the connection (a 413), or on a refused connection:
     // no answer can be sent, so nothing is decided
-    if (!req.socket.writable) {
+    if (!isAnswerable(req)) {
       req.resume()
       return
     }

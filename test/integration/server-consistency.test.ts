@@ -134,6 +134,16 @@ ${storeSection}
       assert.equal((await call(`${t.url}/v1/users/behind-413`)).body?.count, 0)
     })
 
+    it('does not count requests pipelined behind a 413 that waits for an answer still being decided', async () => {
+      // the first check is decided (on Redis, asynchronously) while the 413 behind it is queued:
+      // the five checks behind the 413 can get no answer, so they must not be counted
+      const big = JSON.stringify({ userId: 'big', pad: 'x'.repeat(2000) })
+      const valid = post(JSON.stringify({ userId: 'around-413' }))
+      const out = await exchange(t.url, valid + post(big) + valid.repeat(5))
+      assert.deepEqual(out.match(/HTTP\/1\.1 \d+/g), ['HTTP/1.1 200', 'HTTP/1.1 413'], `two answers, then the connection closes: ${out}`)
+      assert.equal((await call(`${t.url}/v1/users/around-413`)).body?.count, 1)
+    })
+
     it('counts and answers requests pipelined behind answered ones', async () => {
       const one = post(JSON.stringify({ userId: 'pipelined' }))
       const out = await exchange(t.url, one + one + post(JSON.stringify({ userId: 'pipelined' }), 'Connection: close\r\n'))

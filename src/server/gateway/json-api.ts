@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Logger } from 'pino'
 import { StoreError } from '../../core/errors.js'
 import { readJsonBody } from '../http-input.js'
-import { SHADOW_HEADER, send, sendError } from '../http-responses.js'
+import { isAnswerable, SHADOW_HEADER, send, sendError } from '../http-responses.js'
 import type { ServiceMetrics } from '../metrics.js'
 import type { Runtime } from '../runtime.js'
 import { type EnvoyRequest, EnvoyRequestError, type EnvoyResponse } from './envoy-decide.js'
@@ -126,7 +126,7 @@ export function answerEnvoyJson(req: IncomingMessage, res: ServerResponse, runti
       sendError(res, 400, 'invalid_request', (err as Error).message)
       return
     }
-    if (!req.socket.writable) return
+    if (!isAnswerable(req)) return
     ctx.decideEnvoy(request).then(
       (r) => {
         const headers: Record<string, string> = {}
