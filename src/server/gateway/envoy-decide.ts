@@ -4,7 +4,7 @@ import type { EnvoyConfig } from '../config-gateway.js'
 import type { ShadowLog } from '../shadow-log.js'
 import { applyReplaces, type RateLimitUnit, UNIT_SECONDS } from './domains.js'
 import { boundKey, escapePart } from './domains-match.js'
-import { type EnvoyAlgorithms, MAX_OVERRIDE_LIMITS } from './envoy-rules.js'
+import type { EnvoyAlgorithms } from './envoy-rules.js'
 import type { GatewayMetrics } from './gateway-metrics.js'
 
 // Envoy's ShouldRateLimit (rls v3) as envoyproxy/ratelimit answers it, on this service's
@@ -134,8 +134,6 @@ async function plan(ctx: EnvoyContext, req: EnvoyRequest): Promise<Planned[]> {
       // the descriptor's own limit: no name, no shadow mode, the default algorithm (as the reference);
       // 0 per unit (or none given) denies everything, as a domain file's rule of 0 does, with no algorithm
       const algorithm = d.limit.requestsPerUnit > 0 ? await algorithms.ofOverride(d.limit.requestsPerUnit, d.limit.unit) : undefined
-      if (algorithm === undefined && d.limit.requestsPerUnit > 0)
-        throw new EnvoyRequestError(`too many distinct descriptor limits: at most ${MAX_OVERRIDE_LIMITS} are kept`)
       planned.push({
         algorithm,
         limit: { name: '', requestsPerUnit: d.limit.requestsPerUnit, unit: d.limit.unit },

@@ -20,22 +20,26 @@ export interface LimitSpec {
   readonly syncRate: number
 }
 
-/** Distinct limit overrides (a descriptor's `limit`) one runtime keeps algorithms for. */
+/**
+ * Distinct descriptor limits (a descriptor's own `limit`) one runtime keeps an algorithm object
+ * for; past it the least recently used is dropped. Dropping loses no count: every limit of one
+ * algorithm, unit and sync rate is a `withLimit` variant of one base algorithm, which holds the
+ * counters, and a dropped limit used again gets a new variant of the same base.
+ */
 export const MAX_OVERRIDE_LIMITS = 1024
 
-/**
- * The algorithms of one runtime's Envoy rules. Their Redis keys live under
- * `<prefix>~envoy@rule:…` (rules) and `<prefix>~envoy@override:…` (a descriptor's own `limit`),
- * and the counter algorithm's under the namespaces `~envoy-<window>s-<syncRate>`: no key of a
- * policy can have that shape, since neither a policy name nor the default policy's user ids
- * follow the prefix with `~` (docs/GATEWAY.md, "Keys").
- */
 export class EnvoyAlgorithms {
   readonly domains: DomainConfigSet
   /** Algorithms by rule id. */
   private readonly byRule = new Map<number, RateLimitAlgorithm>()
-  /** Algorithms of descriptors' own limits, by {@link overrideId}; carried over like the rules'. */
-  private readonly overrides = new Map<string, { readonly spec: LimitSpec; readonly algorithm: RateLimitAlgorithm }>()
+  /**
+   * Base algorithms of descriptors' own limits, one per algorithm, unit and sync rate
+   * ({@link overrideFamily}): they hold the counters, and are carried over like the rules'. At
+   * most 3 algorithms × 7 units, since the sync rate is the config's.
+   */
+  private readonly overrideBases = new Map<string, { readonly spec: LimitSpec; readonly algorithm: RateLimitAlgorithm }>()
+  /** Each limit's variant of its base, by {@link overrideId}, least recently used first. */
+  private readonly overrides = new Map<string, RateLimitAlgorithm>()
   /** Carried over by the next runtime: algorithms by state signature, engines by group. */
   readonly states = new Map<string, RateLimitAlgorithm>()
   readonly engines = new Map<string, CounterEngine>()
@@ -87,31 +91,54 @@ export class EnvoyAlgorithms {
   }
 
   /**
-   * The algorithm of a descriptor's limit override, made on first use: the domain file's default
-   * algorithm. Undefined when {@link MAX_OVERRIDE_LIMITS} distinct overrides are already held.
+   * The algorithm of a descriptor's own limit: a variant of its family's base algorithm (the
+   * domain files' default algorithm), made on first use. Never refuses: past
+   * {@link MAX_OVERRIDE_LIMITS} distinct limits the least recently used variant is dropped, and
+   * its counts stay in the base.
    */
-  async ofOverride(requestsPerUnit: number, unit: RateLimitUnit): Promise<RateLimitAlgorithm | undefined> {
+  async ofOverride(requestsPerUnit: number, unit: RateLimitUnit): Promise<RateLimitAlgorithm> {
     const spec = this.overrideSpec(requestsPerUnit, unit)
     const id = overrideId(spec)
     const known = this.overrides.get(id)
-    if (known !== undefined) return known.algorithm
-    if (this.overrides.size >= MAX_OVERRIDE_LIMITS) return undefined
-    const algorithm = await this.make(spec, 'override', undefined)
-    // two requests may have made it at once: keep the first
+    if (known !== undefined) {
+      // a Map iterates in insertion order: moved to the end, it is the most recently used
+      this.overrides.delete(id)
+      this.overrides.set(id, known)
+      return known
+    }
+    const family = overrideFamily(spec)
+    let base = this.overrideBases.get(family)?.algorithm
+    if (base === undefined) {
+      const made = await this.make(spec, 'override', undefined)
+      // two requests may have made it at once: keep the first
+      base = this.overrideBases.get(family)?.algorithm
+      if (base === undefined) {
+        base = made
+        this.overrideBases.set(family, { spec, algorithm: made })
+      }
+    }
     const raced = this.overrides.get(id)
-    if (raced !== undefined) return raced.algorithm
-    this.overrides.set(id, { spec, algorithm })
+    if (raced !== undefined) return raced
+    const algorithm = base.limit === requestsPerUnit ? base : base.withLimit(requestsPerUnit)
+    if (this.overrides.size >= MAX_OVERRIDE_LIMITS) this.overrides.delete(this.overrides.keys().next().value as string)
+    this.overrides.set(id, algorithm)
     return algorithm
   }
 
+  /** Distinct descriptor limits with an algorithm object now (at most {@link MAX_OVERRIDE_LIMITS}). */
+  overrideLimits(): number {
+    return this.overrides.size
+  }
+
   /**
-   * Takes over `previous`'s algorithms of descriptors' own limits whose algorithm and sync rate
-   * the config still gives them, with their counts (on the memory store, the counts themselves).
+   * Takes over `previous`'s base algorithms of descriptors' own limits whose algorithm and sync
+   * rate the config still gives them, with their counts (on the memory store, the counts
+   * themselves); their variants are made again on first use.
    */
   private keepOverrides(previous: EnvoyAlgorithms): void {
-    for (const [id, kept] of previous.overrides) {
-      if (overrideId(this.overrideSpec(kept.spec.requestsPerUnit, kept.spec.unit)) !== id) continue
-      this.overrides.set(id, kept)
+    for (const [family, kept] of previous.overrideBases) {
+      if (overrideFamily(this.overrideSpec(kept.spec.requestsPerUnit, kept.spec.unit)) !== family) continue
+      this.overrideBases.set(family, kept)
       if (kept.algorithm instanceof CounterAlgorithm) this.engines.set(engineGroup(kept.spec), kept.algorithm.engine)
     }
   }
@@ -180,9 +207,15 @@ function specOf(rule: DomainRule, config: ServiceConfig): LimitSpec {
   }
 }
 
-// What identifies a descriptor's own limit's algorithm: the same id on a reload keeps it.
+// What identifies the counters of descriptors' own limits: every limit of one family counts in
+// one base algorithm, as the reference's cache key holds no limit; the same family on a reload keeps it.
+function overrideFamily(spec: LimitSpec): string {
+  return `${spec.algo}/${spec.unit}/${spec.syncRate}`
+}
+
+// What identifies one limit's variant of its family's base.
 function overrideId(spec: LimitSpec): string {
-  return `${spec.algo}/${spec.requestsPerUnit}/${spec.unit}/${spec.syncRate}`
+  return `${overrideFamily(spec)}/${spec.requestsPerUnit}`
 }
 
 // One engine per window and sync rate; its namespace starts with "~", which no policy name does.

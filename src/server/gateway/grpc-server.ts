@@ -85,7 +85,9 @@ export function fromWire(req: WireRequest): EnvoyRequest {
     const entries = (d.entries ?? []).map((e) => ({ key: e.key ?? '', value: e.value ?? '' }))
     let limit: EnvoyDescriptor['limit']
     if (d.limit !== undefined && d.limit !== null) {
-      const unit = UNITS[d.limit.unit ?? '']
+      // looked up as data: a unit such as "__proto__" or "toString" must not reach the prototype
+      const name = d.limit.unit ?? ''
+      const unit = Object.hasOwn(UNITS, name) ? UNITS[name] : undefined
       if (unit === undefined)
         throw new EnvoyRequestError(`descriptors[${i}].limit.unit must be a defined RateLimitUnit, got ${d.limit.unit ?? 'UNKNOWN'}`)
       limit = { requestsPerUnit: d.limit.requests_per_unit ?? 0, unit }
