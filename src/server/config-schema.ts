@@ -1,3 +1,5 @@
+import { KEY_NORMALIZATIONS } from './key-normalization.js'
+
 /** The algorithms `use-algo` names, as in the seed (plus the engine's counter). */
 export const ALGORITHMS = ['fixed-window-algo', 'sliding-window-algo', 'sliding-window-counter-algo'] as const
 /** The store types. */
@@ -53,6 +55,8 @@ export const CONFIG_SCHEMA = {
   required: ['store'],
   properties: {
     'log-level': { enum: LOG_LEVELS },
+    // how keys are compared: Unicode's NFC (the default) or the code points as sent
+    'key-normalization': { enum: KEY_NORMALIZATIONS },
     server: {
       type: 'object',
       additionalProperties: false,

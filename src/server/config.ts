@@ -7,6 +7,7 @@ import { ALGORITHMS, CONFIG_SCHEMA, type FAIL_POLICIES, type LOG_LEVELS, type ST
 import { applyEnv, type ConfigEnv, type Raw, section } from './config-env.js'
 import { type GatewayConfig, gatewayOf } from './config-gateway.js'
 import { listIssues, policyListsOf } from './config-lists.js'
+import { type KeyNormalization, keyNormalizer } from './key-normalization.js'
 import { overrideIssues, overridesOf } from './config-overrides.js'
 import { urlProblems } from './config-urls.js'
 
@@ -115,6 +116,8 @@ export interface ServiceConfig {
   readonly auth: AuthConfig | undefined
   /** gRPC, Envoy's protocol and domain files, forward-auth, the global shadow mode. */
   readonly gateway: GatewayConfig
+  /** How keys are compared (`key-normalization`): Unicode's NFC, or the code points as sent. @default 'nfc' */
+  readonly keyNormalization: KeyNormalization
 }
 
 /** The source name of the built-in default config. */
@@ -238,7 +241,8 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
     issues.push({ path: ['store', 'batch-across-slots'], message: 'is for one Redis server (url); a cluster needs one call per slot' })
   issues.push(...urlProblems(storeType, store))
   listIssues(raw, issues)
-  overrideIssues(raw, (server['max-user-id-length'] as number | undefined) ?? 256, issues)
+  const normalization = (raw['key-normalization'] as KeyNormalization | undefined) ?? 'nfc'
+  overrideIssues(raw, (server['max-user-id-length'] as number | undefined) ?? 256, keyNormalizer(normalization), issues)
   const gateway = gatewayOf(raw, source, storeType, defaultSyncRate, issues)
   const requestTimeoutMs = (server['request-timeout-ms'] as number | undefined) ?? 10_000
   const headersTimeoutMs = (server['headers-timeout-ms'] as number | undefined) ?? Math.min(5_000, requestTimeoutMs)
@@ -287,6 +291,7 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
             adminTokens: (auth['admin-tokens'] as string[] | undefined) ?? [],
           },
     gateway,
+    keyNormalization: normalization,
   }
 }
 

@@ -145,12 +145,14 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
     res: ServerResponse,
     runtime: Runtime,
     configured: Policy,
-    userId: string,
+    sentId: string,
     cost: number,
     deniedStatus: number,
   ): void {
     // the connection was closed or is closing since the request arrived: no answer can reach the client
     if (!isAnswerable(req)) return
+    // compared as key-normalization says, the lists and overrides too
+    const userId = runtime.normalizeKey(sentId)
     // the user's own limit, when it has an override: the same counters, the limit it applies
     const policy = withOverride(configured, userId)
     runtime.enter()
@@ -258,6 +260,7 @@ export function createRequestHandler(ctx: HandlerContext): (req: IncomingMessage
     }
     const configured = policyOf(runtime, res, query === '' ? undefined : (new URLSearchParams(query).get('policy') ?? undefined))
     if (configured === undefined) return
+    userId = runtime.normalizeKey(userId)
     const policy = withOverride(configured, userId)
     runtime.enter()
     const fail = (err: unknown) => {

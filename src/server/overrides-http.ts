@@ -71,7 +71,8 @@ export function answerOverrides(req: IncomingMessage, res: ServerResponse, runti
     sendError(res, 400, 'invalid_request', problem)
     return
   }
-  const user = userId
+  // stored and looked up in the form checks compare keys in (key-normalization)
+  const user = runtime.normalizeKey(userId)
   if (req.method === 'GET') {
     run(res, runtime, policy, ctx, async () => {
       await runtime.overrides.refresh()

@@ -6,6 +6,7 @@ import type { RateLimitAlgorithm } from '../algorithms/types.js'
 import type { Clock } from '../core/clock.js'
 import type { HeaderMode } from '../core/headers.js'
 import { KeyLists } from '../core/key-lists.js'
+import { keyNormalizer } from './key-normalization.js'
 import { TokenAuth } from './auth.js'
 import type { AlgorithmName, PolicyConfig, ServiceConfig } from './config.js'
 import { CounterAlgorithm, CounterEngine } from './counter-algorithm.js'
@@ -58,6 +59,8 @@ export class Runtime {
   readonly states: ReadonlyMap<string, RateLimitAlgorithm>
   /** The algorithms of the Envoy domain files' rules (an empty rule set without `envoy.domains`). */
   readonly envoy: EnvoyAlgorithms
+  /** Puts a key (a user id, a descriptor's entry) in the form keys are compared in (`key-normalization`). */
+  readonly normalizeKey: (key: string) => string
   /** The runtime overrides of the store (kept by a reload that keeps the store). */
   readonly overrides: RuntimeOverrides
   private inflight = 0
@@ -79,6 +82,7 @@ export class Runtime {
     this.defaultPolicy = policies.get('default') as Policy
     this.headerMode = config.server.headers
     this.auth = new TokenAuth(config.auth)
+    this.normalizeKey = keyNormalizer(config.keyNormalization)
     this.states = states
   }
 
@@ -131,7 +135,9 @@ export class Runtime {
           if (algorithm instanceof CounterAlgorithm) made.push(algorithm.engine)
         }
         states.set(signature, algorithm)
-        const perUser = new PolicyOverrides(p.name, p.overrides, overrides)
+        // the config's ids and list entries in the form requests are compared in (key-normalization)
+        const key = keyNormalizer(config.keyNormalization)
+        const perUser = new PolicyOverrides(p.name, new Map([...p.overrides].map(([id, max]) => [key(id), max])), overrides)
         const policy: Policy = {
           name: p.name,
           algo: p.algo,
@@ -140,7 +146,10 @@ export class Runtime {
           algorithm,
           engine: algorithm instanceof CounterAlgorithm ? algorithm.engine : undefined,
           shadowMode: p.shadowMode || config.gateway.shadowMode,
-          lists: KeyLists.compile(p.denyList, p.allowList, { deny: `${p.name}.deny-list`, allow: `${p.name}.allow-list` }),
+          lists: KeyLists.compile(p.denyList.map(key), p.allowList.map(key), {
+            deny: `${p.name}.deny-list`,
+            allow: `${p.name}.allow-list`,
+          }),
           overrides: perUser,
         }
         perUser.bind(policy)

@@ -2,7 +2,8 @@ import { readdir, readFile, stat } from 'node:fs/promises'
 import path from 'node:path'
 import { ConfigFileError } from '../config-issues.js'
 import { addChild, createNode, type DescriptorNode, matchTree } from './domains-match.js'
-import { type RawDescriptor, type RawRateLimit, readDomainFile } from './domains-read.js'
+import { type RawDescriptor, type RawFile, type RawRateLimit, readDomainFile } from './domains-read.js'
+import { toNfc } from '../key-normalization.js'
 import { report } from './domains-yaml.js'
 
 export { applyReplaces } from './domains-match.js'
@@ -110,6 +111,20 @@ export interface DomainParseOptions {
    * @default false
    */
   readonly mergeDomains?: boolean
+  /**
+   * Read domains, keys and values in Unicode's NFC, the form the service compares requests'
+   * entries in under `key-normalization: nfc`.
+   * @default false
+   */
+  readonly normalizeKeys?: boolean
+}
+
+// A file's domain, keys and values in NFC: two spellings of one value are then one descriptor
+// (a duplicate), as they are one key in requests.
+function inNfc(file: RawFile): RawFile {
+  const descriptors = (list: readonly RawDescriptor[]): RawDescriptor[] =>
+    list.map((d) => ({ ...d, key: toNfc(d.key), value: toNfc(d.value), descriptors: descriptors(d.descriptors) }))
+  return { ...file, domain: toNfc(file.domain), descriptors: descriptors(file.descriptors) }
 }
 
 /** A parsed set of domain files: the rules, and the reference's lookup over them. Made by {@link parseDomainFiles}. */
@@ -178,8 +193,9 @@ export function parseDomainFiles(
   const domains = new Map<string, { root: DescriptorNode; file: string; origins: Map<DescriptorNode, Map<string, Origin>> }>()
   const rules: DomainRule[] = []
   for (const { file, text } of files) {
-    const parsed = readDomainFile(file, text, defaults)
-    if (parsed instanceof ConfigFileError) throw parsed
+    const read = readDomainFile(file, text, defaults)
+    if (read instanceof ConfigFileError) throw read
+    const parsed = options.normalizeKeys === true ? inNfc(read) : read
     const r = parsed.reader
     let entry = domains.get(parsed.domain)
     if (entry !== undefined && options.mergeDomains !== true) {

@@ -81,6 +81,24 @@ export interface EnvoyContext {
   readonly metrics: GatewayMetrics
   readonly shadowLog: ShadowLog
   readonly clock: () => number
+  /** Puts the domain and each entry's key and value in the form the domain files were read in (`key-normalization`). */
+  readonly normalizeKey: (key: string) => string
+}
+
+/** `req` with its domain and entries put in the form keys are compared in; `req` itself when that changes nothing. */
+function normalized(req: EnvoyRequest, normalizeKey: (key: string) => string): EnvoyRequest {
+  let changed = normalizeKey(req.domain) !== req.domain
+  for (const d of req.descriptors)
+    for (const e of d.entries) if (normalizeKey(e.key) !== e.key || normalizeKey(e.value) !== e.value) changed = true
+  if (!changed) return req
+  return {
+    ...req,
+    domain: normalizeKey(req.domain),
+    descriptors: req.descriptors.map((d) => ({
+      ...d,
+      entries: d.entries.map((e) => ({ key: normalizeKey(e.key), value: normalizeKey(e.value) })),
+    })),
+  }
 }
 
 interface Planned {
@@ -187,8 +205,9 @@ function resetSeconds(unit: RateLimitUnit, nowMs: number): number {
  * answers. Throws {@link EnvoyRequestError} for a bad request and a StoreError when the store
  * fails and `on-store-error` is `error`.
  */
-export async function decideEnvoy(ctx: EnvoyContext, req: EnvoyRequest): Promise<EnvoyResponse> {
-  validate(req, ctx.envoy)
+export async function decideEnvoy(ctx: EnvoyContext, sent: EnvoyRequest): Promise<EnvoyResponse> {
+  validate(sent, ctx.envoy)
+  const req = normalized(sent, ctx.normalizeKey)
   const planned = await plan(ctx, req)
   const nowMs = ctx.clock()
   const results = await Promise.all(

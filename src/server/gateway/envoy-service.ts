@@ -19,7 +19,7 @@ export async function loadServiceDomains(config: ServiceConfig): Promise<DomainC
   const envoy = config.gateway.envoy
   const defaults = { algorithm: envoy.algo, syncRate: undefined }
   if (envoy.domains === undefined) return parseDomainFiles([], defaults)
-  const domains = await loadDomains(envoy.domains, defaults)
+  const domains = await loadDomains(envoy.domains, defaults, { normalizeKeys: config.keyNormalization === 'nfc' })
   const storeType = config.store.type
   if (storeType !== 'memory' && storeType !== 'redis') {
     for (const rule of domains.rules())
@@ -51,6 +51,7 @@ export function createEnvoyDecider(
           metrics: metrics.gateway,
           shadowLog,
           clock,
+          normalizeKey: runtime.normalizeKey,
         },
         request,
       )
