@@ -1,8 +1,9 @@
 import { SLOT, type WindowTable } from './counter-table.js'
 
 // The slot layout, read once when the module loads (counter-table.ts defines it, next to the hot path).
-const { STRIDE, START, CUR_MINE, CUR_ACKED, PREV_MINE, PREV_ACKED, REFERENCED } = SLOT
+const { STRIDE, START, CUR_MINE, CUR_ACKED, PREV_MINE, PREV_ACKED, REFERENCED, ESC_STRIDE } = SLOT
 import { PRED_STRIDE } from './predict.js'
+
 import { windowStartMs } from './window.js'
 
 const INITIAL_CAPACITY = 1024
@@ -47,6 +48,8 @@ export class CounterDict {
   data: Float64Array
   /** The estimator's columns per slot (predict.ts), made when a table predicts; else empty. */
   pred = new Float64Array(0)
+  /** An escrow table's columns per slot (counter-table.ts: ESC_*), made when a table uses escrow; else empty. */
+  esc = new Float64Array(0)
   flags: Uint8Array
   owner: Uint16Array
   keys: (string | undefined)[] = []
@@ -76,6 +79,15 @@ export class CounterDict {
     const pred = new Float64Array(size)
     pred.set(this.pred)
     this.pred = pred
+  }
+
+  /** Makes (or grows) the escrow columns: a table of this dict uses escrow. */
+  enableEscrow(): void {
+    const size = Math.max(this.capacity, this.data.length / STRIDE) * ESC_STRIDE
+    if (this.esc.length >= size) return
+    const esc = new Float64Array(size)
+    esc.set(this.esc)
+    this.esc = esc
   }
 
   /** Registers a window table (one namespace and size); returns its index in the dict. */
@@ -122,6 +134,7 @@ export class CounterDict {
     this.keys[slot] = undefined
     this.data.fill(0, slot * STRIDE, slot * STRIDE + STRIDE)
     if (this.pred.length > 0) this.pred.fill(0, slot * PRED_STRIDE, slot * PRED_STRIDE + PRED_STRIDE)
+    if (this.esc.length > 0) this.esc.fill(0, slot * ESC_STRIDE, slot * ESC_STRIDE + ESC_STRIDE)
     this.flags[slot] = 0
     this.free.push(slot)
     this.held--
@@ -197,6 +210,7 @@ export class CounterDict {
     owner.set(this.owner)
     this.data = data
     if (this.pred.length > 0) this.enablePrediction()
+    if (this.esc.length > 0) this.enableEscrow()
     this.flags = flags
     this.owner = owner
     this.capacity = capacity

@@ -48,6 +48,8 @@ export class Namespace {
   readonly nodeId: string
   readonly onStoreError: OnStoreError
   readonly dict: CounterDict
+  /** Whether hits are admitted against budgets granted by the store (docs/ARCHITECTURE.md, "Escrow"). */
+  readonly escrow: boolean
   /** Whether the namespace's store holds decimal counts; decimal values are refused when not. */
   readonly decimals: boolean
   /** The namespace's blocks, once blocking is on (undefined: no hit pays for blocking). */
@@ -79,7 +81,11 @@ export class Namespace {
     const periodic = options.mode === 'periodic'
     // prediction covers at most one sync interval (predict.ts)
     const predictMs = periodic && options.predict ? options.syncRate * 1000 : 0
-    this.tables = options.windowSizesMs.map((ms) => new WindowTable(dict, options.namespace, ms, synced, periodic, predictMs))
+    // an escrow table queues no hit: its syncs write what returns budget, nothing is read back
+    this.escrow = options.escrow
+    this.tables = options.windowSizesMs.map(
+      (ms) => new WindowTable(dict, options.namespace, ms, synced, periodic && !options.escrow, predictMs, options.escrow),
+    )
     const strategy = options.strategy
     this.decimals =
       !synced || (typeof strategy === 'object' ? strategy.supportsDecimals : resolveStrategy.supportsDecimals(strategy as string))
@@ -166,6 +172,11 @@ export class Namespace {
     return this.pushKey(key, [table], nowMs).then((rows) =>
       curDiff === undefined ? rowsRate(table, key, rows, nowMs) : table.rate(key, nowMs, curDiff),
     )
+  }
+
+  /** Escrow: the store link (grants, the lease, the processes seen). */
+  get escrowLink(): StoreLink {
+    return this.link as StoreLink
   }
 
   /** One round trip for one key (synchronous mode); see {@link StoreLink.pushKey}. */

@@ -3,8 +3,12 @@ import { ConfigError } from './errors.js'
 import { isStrategy, type Strategy } from './strategy.js'
 import { MAX_WINDOW_MS, windowSizeMs } from './window.js'
 
-/** What to do when the store fails during a synchronous (`syncRate: 0`) hit. */
-export type OnStoreError = 'local' | 'allow' | 'deny'
+/**
+ * What to do when the store fails during a synchronous (`syncRate: 0`) hit, or when an escrow
+ * namespace can get no grant: `local` decides on the local counts, `allow` and `deny` outright;
+ * `share` (escrow only) admits up to `limit / n` per window, `n` the processes the last grants saw.
+ */
+export type OnStoreError = 'local' | 'allow' | 'deny' | 'share'
 
 /** Options of `rl.new()`: one namespace. */
 export interface NamespaceOptions {
@@ -34,7 +38,10 @@ export interface NamespaceOptions {
   clock?: Clock
   /** Most key-windows the dict holds before it evicts (see CounterDict). @default 1_000_000 */
   maxKeys?: number
-  /** Synchronous mode only: what a hit does when the store fails or times out. @default "local" */
+  /**
+   * What a hit does when the store fails or times out: synchronous mode, and an escrow namespace
+   * that can get no grant (`share` is for escrow only). @default "local"
+   */
   onStoreError?: OnStoreError
   /** Longest wait for one store call, ms; a slower call counts as a failure. @default 1000 */
   storeTimeoutMs?: number
@@ -59,6 +66,15 @@ export interface NamespaceOptions {
    * @default false
    */
   predict?: boolean
+  /**
+   * Periodic mode: admit a hit only against a budget the store has set aside for this process
+   * (a grant), so the fleet never admits more than one process deciding on exact counts would,
+   * by the engine's formula. A hit with budget is decided locally; one without asks the store
+   * (`hit()` then returns a Promise), with the grants of one event-loop turn in one call. Needs a
+   * store with `escrow` (docs/ARCHITECTURE.md, "Escrow").
+   * @default false
+   */
+  escrow?: boolean
   /**
    * Keep and honour blocks in this namespace (`limiter.block()`, a limit's `blockMs`): a blocked
    * key is denied by every limiter of the namespace, and in a synced namespace every process
@@ -95,6 +111,7 @@ export interface ResolvedNamespaceOptions {
   readonly batchSize: number
   readonly idleRefreshMs: number
   readonly predict: boolean
+  readonly escrow: boolean
   readonly blocking: boolean
   readonly nodeId: string | undefined
   readonly onError: ((error: Error) => void) | undefined
@@ -113,7 +130,11 @@ function invalid(option: string, expected: string, value: unknown): ConfigError 
 }
 
 /** Checks `new()` options once, naming the option and the value on failure. */
-export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: string) => boolean): ResolvedNamespaceOptions {
+export function resolveNamespaceOptions(
+  raw: unknown,
+  knownStrategy: (name: string) => boolean,
+  supportsEscrow: (name: string) => boolean = () => false,
+): ResolvedNamespaceOptions {
   if (typeof raw !== 'object' || raw === null) throw invalid('options', 'an object', raw)
   const o = raw as Record<string, unknown>
   const known = new Set([
@@ -131,6 +152,7 @@ export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: stri
     'batchSize',
     'idleRefreshMs',
     'predict',
+    'escrow',
     'blocking',
     'nodeId',
     'onError',
@@ -183,9 +205,28 @@ export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: stri
   const maxKeys = o.maxKeys
   if (maxKeys !== undefined && (typeof maxKeys !== 'number' || !Number.isInteger(maxKeys) || maxKeys < 1))
     throw invalid('maxKeys', 'a positive integer', maxKeys)
+  const escrow = o.escrow ?? false
+  if (typeof escrow !== 'boolean') throw invalid('escrow', 'a boolean', escrow)
+  if (escrow && mode !== 'periodic')
+    throw new ConfigError('INVALID_OPTION', `escrow needs a periodic namespace (syncRate > 0), got syncRate ${syncRate}`)
+  if (escrow && typeof strategy === 'object' && typeof (strategy as Strategy).escrow !== 'function')
+    throw new ConfigError(
+      'INVALID_OPTION',
+      `escrow: the ${(strategy as Strategy).name} strategy does not serve escrow namespaces (it has no escrow method)`,
+    )
+  if (escrow && typeof strategy === 'string' && !supportsEscrow(strategy))
+    throw new ConfigError('INVALID_OPTION', `escrow: the ${strategy} strategy does not serve escrow namespaces`)
   const onStoreError = o.onStoreError ?? 'local'
-  if (onStoreError !== 'local' && onStoreError !== 'allow' && onStoreError !== 'deny')
-    throw invalid('onStoreError', '"local", "allow" or "deny"', onStoreError)
+  if (onStoreError !== 'local' && onStoreError !== 'allow' && onStoreError !== 'deny' && (onStoreError !== 'share' || !escrow))
+    throw invalid(
+      'onStoreError',
+      escrow
+        ? '"local", "allow", "deny" or "share"'
+        : onStoreError === 'share'
+          ? '"local", "allow" or "deny" ("share" is for escrow namespaces)'
+          : '"local", "allow" or "deny"',
+      onStoreError,
+    )
   const storeTimeoutMs = o.storeTimeoutMs ?? 1000
   if (typeof storeTimeoutMs !== 'number' || !Number.isFinite(storeTimeoutMs) || storeTimeoutMs <= 0)
     throw invalid('storeTimeoutMs', 'a positive number of ms', storeTimeoutMs)
@@ -196,6 +237,11 @@ export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: stri
     throw invalid('batchSize', 'a positive integer', batchSize)
   const predict = o.predict ?? false
   if (typeof predict !== 'boolean') throw invalid('predict', 'a boolean', predict)
+  if (predict && escrow)
+    throw new ConfigError(
+      'INVALID_OPTION',
+      'predict has nothing to estimate in an escrow namespace (every hit is inside a grant): drop one of them',
+    )
   const blocking = o.blocking ?? false
   if (typeof blocking !== 'boolean') throw invalid('blocking', 'a boolean', blocking)
   const idleRefreshMs = o.idleRefreshMs ?? 30_000
@@ -223,6 +269,7 @@ export function resolveNamespaceOptions(raw: unknown, knownStrategy: (name: stri
     batchSize,
     idleRefreshMs,
     predict,
+    escrow,
     blocking,
     nodeId: nodeId as string | undefined,
     onError: onError as ((error: Error) => void) | undefined,

@@ -7,6 +7,8 @@ export interface StrategyInfo {
   readonly supportsDecimals?: boolean
   /** True when the store keeps blocks (`Strategy.supportsBlocks`); a synced namespace refuses blocking otherwise. @default false */
   readonly supportsBlocks?: boolean
+  /** True when the store serves escrow namespaces (`Strategy.escrow`); `escrow: true` is refused otherwise. @default false */
+  readonly supportsEscrow?: boolean
 }
 
 const factories = new Map<string, { factory: StrategyFactory; info: StrategyInfo }>()
@@ -32,6 +34,11 @@ export function strategySupportsDecimals(name: string): boolean {
 /** Whether a registered strategy keeps blocks (false for unknown names). */
 export function strategySupportsBlocks(name: string): boolean {
   return factories.get(name)?.info.supportsBlocks ?? false
+}
+
+/** Whether a registered strategy serves escrow namespaces (false for unknown names). */
+export function strategySupportsEscrow(name: string): boolean {
+  return factories.get(name)?.info.supportsEscrow ?? false
 }
 
 /** Whether `name` is a registered strategy. */

@@ -141,6 +141,15 @@ export interface Strategy {
   /** Releases connections the strategy opened itself (never a client the user passed in). */
   close(): Promise<void>
   /**
+   * Optional: the calls of an escrow namespace (`escrow: true`), atomically per key-window:
+   * the writes as {@link pushDiffs}, then each grant `own' = own + max(0, min(target - own,
+   * limit - rate))` with `rate` the sliding rate at `nowMs` of every reservation (nothing when
+   * `own'` would stay below `minimum`), applied only when `seq` is newer than the node's register. The store keeps an epoch per namespace (made
+   * by the first call after it lost its data) and refuses grants for `learnMs` after it.
+   * A namespace refuses `escrow` on a store without it.
+   */
+  escrow?(batch: EscrowBatch): Promise<EscrowReply>
+  /**
    * Optional, for tools and tests (the engine never calls it): reads one key-window; `own` is
    * relative to `nodeId`.
    */
@@ -150,6 +159,61 @@ export interface Strategy {
    * `nowMs`, for stores that do not expire them by themselves or to free space at once.
    */
   purge?(namespace: string, windowSizesMs: readonly number[], nowMs: number): Promise<void>
+}
+
+/**
+ * A grant request of an escrow namespace (docs/ARCHITECTURE.md, "Escrow"): raise this node's
+ * reservation of one key-window toward `target`, as far as `limit` allows.
+ */
+export interface GrantRequest extends WindowRef {
+  /** The reservation this node asks to hold (cumulative in the window); a grant never lowers one. */
+  readonly target: number
+  /** The limit the window's sliding rate, every reservation counted, must stay within. */
+  readonly limit: number
+  /** The least reservation of any use (the hit that asks): a grant that cannot reach it raises nothing. */
+  readonly minimum: number
+}
+
+/** What an escrow namespace sends: writes and reads as in a {@link DiffBatch}, and grants. */
+export interface EscrowBatch {
+  readonly namespace: string
+  readonly nodeId: string
+  /** As {@link DiffBatch.seq}: a write or grant older than what the node's register holds changes nothing. */
+  readonly seq: number
+  /** The engine's clock, epoch ms: the time the grants' rates are taken at. */
+  readonly nowMs: number
+  /** How long after its epoch begins the store refuses every grant (the processes write their hits again meanwhile). */
+  readonly learnMs: number
+  /** Registers to write, as {@link DiffBatch.windows} (returns of budget, hits counted while denied, hits written again). */
+  readonly windows: readonly WindowPush[]
+  /** Key-windows to read back. */
+  readonly refresh: readonly WindowRef[]
+  /** Grants, applied after the writes; a key-window is never both written and granted in one batch. */
+  readonly grants: readonly GrantRequest[]
+}
+
+/** The answer to one grant: the key-window as stored after it. */
+export interface GrantRow extends CounterRow {
+  /** The previous window's total (every reservation in it). */
+  readonly previousCount: number
+  /** What the store holds for the asking node in the previous window. */
+  readonly previousOwn: number
+  /** Nodes holding a reservation in the window (the asking one included, once it holds one). */
+  readonly nodes: number
+}
+
+/** The answer to an {@link EscrowBatch}. */
+export interface EscrowReply {
+  /** When the store began holding this namespace's reservations, epoch ms: a new value means it lost them. */
+  readonly epochMs: number
+  /** True while the store refuses grants (`learnMs` after the epoch began): the grants' rows are answered unchanged. */
+  readonly learning: boolean
+  /** Processes that called the store for this namespace in the last `learnMs`, the asking one included. */
+  readonly nodes: number
+  /** One row per write and read, in the batch's order (writes, then reads). */
+  readonly rows: CounterRow[]
+  /** One row per grant, in order. */
+  readonly grants: GrantRow[]
 }
 
 /** Makes a strategy from `strategyOpts`; how `strategy: "name"` becomes an object. */

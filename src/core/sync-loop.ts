@@ -48,6 +48,8 @@ export class SyncLoop {
     this.options = options
     this.clock = clock
     link.onWriteFailed = () => this.scheduleRetry()
+    // escrow: the store lost its reservations; every process writes its hits again within the learning period
+    link.onEpochLost = () => void this.sync(false).catch(() => undefined)
     this.arm()
   }
 
@@ -110,14 +112,17 @@ export class SyncLoop {
     const windows: WindowPush[] = []
     const refresh: WindowRef[] = []
     // a full sync visits every held key: no budget of idle ones to work out
-    for (const table of this.tables) table.collect(nowMs, windows, withRefresh ? refresh : undefined, all ? 0 : this.idleBudget(table), all)
+    const escrow = this.options.escrow
+    for (const table of this.tables)
+      table.collect(nowMs, windows, withRefresh && !escrow ? refresh : undefined, all || escrow ? 0 : this.idleBudget(table), all)
     const first = this.tables[0]
     // keys decided as blocked since the last sync: their block is read back (a lift elsewhere)
     if (withRefresh && first !== undefined) this.link.blocks?.takeTouched(windowStartMs(nowMs, first.sizeMs), first.sizeMs, refresh)
     this.pendingWindows = windows.length
     let hits = 0
-    for (const w of windows) hits += w.diff
+    for (const w of windows) if (w.diff > 0) hits += w.diff
     this.pendingHits = hits
+    if (escrow) return this.escrowCycle(windows, nowMs, started)
     const blocks = this.link.hasPendingBlocks
     if (windows.length === 0 && refresh.length === 0 && !blocks) return
     let error: StoreError | undefined
@@ -150,6 +155,31 @@ export class SyncLoop {
           error,
         })
       }
+    }
+  }
+
+  // An escrow sync: its writes (or, with none, an empty call while keys are held: the lease and
+  // the store's epoch) in one call per batch; nothing is read back.
+  private async escrowCycle(windows: readonly WindowPush[], nowMs: number, started: number): Promise<void> {
+    if (windows.length === 0 && this.tables.every((t) => t.size === 0)) return
+    let error: StoreError | undefined
+    try {
+      await this.link.sendEscrow(windows, nowMs)
+      this.syncs++
+      this.lastSyncAtMs = nowMs
+    } catch (err) {
+      for (const w of windows) this.link.tableOf(w.windowSizeMs)?.requeueEscrow(w.key)
+      error = this.link.report(err)
+      throw error
+    } finally {
+      if (syncChannel.hasSubscribers)
+        syncChannel.publish({
+          namespace: this.link.namespace,
+          durationMs: Date.now() - started,
+          windows: windows.length,
+          refreshed: 0,
+          error,
+        })
     }
   }
 

@@ -1,6 +1,17 @@
 import { StoreError } from '../core/errors.js'
 import { BUILT_IN_STORES } from './capabilities.js'
-import { type CounterRow, currentAndPrevious, type DiffBatch, type Strategy, windowExpiresAtMs } from '../core/strategy.js'
+import {
+  type CounterRow,
+  currentAndPrevious,
+  type DiffBatch,
+  type EscrowBatch,
+  type EscrowReply,
+  type GrantRow,
+  type Strategy,
+  type WindowPush,
+  windowExpiresAtMs,
+} from '../core/strategy.js'
+import { previousWeight } from '../core/window.js'
 
 /** Options of {@link MemoryStrategy}. */
 export interface MemoryStrategyOptions {
@@ -65,7 +76,7 @@ export class MemoryStrategy implements Strategy {
   readonly supportsDecimals = BUILT_IN_STORES.memory.supportsDecimals
   readonly supportsBlocks = BUILT_IN_STORES.memory.supportsBlocks
   /** Calls received, by method, for tests and diagnostics. */
-  readonly calls = { pushDiffs: 0, getCounters: 0, getWindow: 0, resetKey: 0, purge: 0 }
+  readonly calls = { pushDiffs: 0, getCounters: 0, getWindow: 0, resetKey: 0, purge: 0, escrow: 0 }
   private readonly graceMs: number
   // key -> its stored windows (of every namespace, size and start: a handful), looked up by the
   // key string the caller holds, whose hash the engine has computed already
@@ -73,6 +84,10 @@ export class MemoryStrategy implements Strategy {
   private stored = 0
   // blocks: namespace NUL key -> when the block ends, epoch ms (swept with the windows)
   private readonly blocks = new Map<string, number>()
+  // escrow: namespace -> when the store began holding its reservations (docs/ARCHITECTURE.md, "Escrow")
+  private readonly epochs = new Map<string, number>()
+  // escrow: namespace -> node -> when it last called, epoch ms (the processes a namespace has)
+  private readonly callers = new Map<string, Map<string, number>>()
   private fault: Fault | undefined
   private failPushes = 0
   private loseReplies = 0
@@ -122,6 +137,8 @@ export class MemoryStrategy implements Strategy {
     this.windows.clear()
     this.stored = 0
     this.blocks.clear()
+    this.epochs.clear()
+    this.callers.clear()
   }
 
   async pushDiffs(batch: DiffBatch): Promise<CounterRow[]> {
@@ -139,6 +156,74 @@ export class MemoryStrategy implements Strategy {
         else if (!((this.blocks.get(id) ?? 0) >= b.untilMs)) this.blocks.set(id, b.untilMs)
       }
     }
+    const rows = this.writeAndRead(batch)
+    if (this.loseReplies > 0) {
+      this.loseReplies--
+      throw new StoreError('STORE_REPLY_LOST', this.name, 'injected failure: push applied, reply lost')
+    }
+    if (batch.readBlocks === true)
+      return rows.map((row) => ({ ...row, blockedUntilMs: this.blockOf(batch.namespace, row.key, batch.nowMs) }))
+    return rows
+  }
+
+  async escrow(batch: EscrowBatch): Promise<EscrowReply> {
+    this.calls.escrow++
+    await this.gate()
+    if (this.failPushes > 0) {
+      this.failPushes--
+      throw new StoreError('STORE_UNAVAILABLE', this.name, 'injected failure: escrow call not applied')
+    }
+    this.sweep(batch.nowMs)
+    let epochMs = this.epochs.get(batch.namespace)
+    if (epochMs === undefined) {
+      epochMs = batch.nowMs
+      this.epochs.set(batch.namespace, epochMs)
+    }
+    const learning = batch.nowMs < epochMs + batch.learnMs
+    let callers = this.callers.get(batch.namespace)
+    if (callers === undefined) this.callers.set(batch.namespace, (callers = new Map()))
+    callers.set(batch.nodeId, batch.nowMs)
+    for (const [node, lastMs] of callers) if (lastMs <= batch.nowMs - batch.learnMs) callers.delete(node)
+    const rows = this.writeAndRead(batch)
+    const grants: GrantRow[] = []
+    for (const g of batch.grants) {
+      const stored = this.find(batch.namespace, g.key, g.windowStartMs, g.windowSizeMs) ?? this.add(batch.namespace, g)
+      stored.expiresAtMs = windowExpiresAtMs(g.windowStartMs, g.windowSizeMs, this.graceMs)
+      const previous = this.find(batch.namespace, g.key, g.windowStartMs - g.windowSizeMs, g.windowSizeMs)
+      const previousCount = previous === undefined ? 0 : total(previous)
+      let slot = stored.nodes.get(batch.nodeId)
+      if (!learning && (slot === undefined || batch.seq > slot.seq)) {
+        if (slot === undefined) {
+          slot = { count: 0, seq: batch.seq }
+          stored.nodes.set(batch.nodeId, slot)
+        }
+        slot.seq = batch.seq
+        const rate = total(stored) + previousCount * previousWeight(batch.nowMs, g.windowSizeMs)
+        const raise = Math.min(g.target - slot.count, g.limit - rate)
+        if (raise > 0 && slot.count + raise >= g.minimum) setCount(stored, slot, slot.count + raise)
+      }
+      grants.push({
+        ...this.row(stored, batch.nodeId),
+        previousCount,
+        previousOwn: previous?.nodes.get(batch.nodeId)?.count ?? 0,
+        nodes: stored.nodes.size,
+      })
+    }
+    if (this.loseReplies > 0) {
+      this.loseReplies--
+      throw new StoreError('STORE_REPLY_LOST', this.name, 'injected failure: escrow call applied, reply lost')
+    }
+    return { epochMs, learning, nodes: callers.size, rows, grants }
+  }
+
+  // A batch's writes (each node's register, newer seq only), then its reads: one row each, in order.
+  private writeAndRead(batch: {
+    namespace: string
+    nodeId: string
+    seq: number
+    windows: readonly WindowPush[]
+    refresh: DiffBatch['refresh']
+  }): CounterRow[] {
     const rows: CounterRow[] = []
     for (const w of batch.windows) {
       const stored = this.find(batch.namespace, w.key, w.windowStartMs, w.windowSizeMs) ?? this.add(batch.namespace, w)
@@ -167,12 +252,6 @@ export class MemoryStrategy implements Strategy {
           : { key: r.key, windowStartMs: r.windowStartMs, windowSizeMs: r.windowSizeMs, count: 0, own: 0 },
       )
     }
-    if (this.loseReplies > 0) {
-      this.loseReplies--
-      throw new StoreError('STORE_REPLY_LOST', this.name, 'injected failure: push applied, reply lost')
-    }
-    if (batch.readBlocks === true)
-      return rows.map((row) => ({ ...row, blockedUntilMs: this.blockOf(batch.namespace, row.key, batch.nowMs) }))
     return rows
   }
 
