@@ -26,7 +26,19 @@ export { syncChannel } from './core/sync-loop.js'
 export type { NamespaceOptions, OnStoreError, SyncMode } from './core/options.js'
 export { RateLimiting } from './core/rate-limiting.js'
 export { hasStrategy, registerStrategy } from './core/registry.js'
-export type { BlockWrite, CounterRow, DiffBatch, Strategy, StrategyFactory, WindowPush, WindowRef } from './core/strategy.js'
+export type {
+  BlockWrite,
+  CounterRow,
+  DiffBatch,
+  EscrowBatch,
+  EscrowReply,
+  GrantRequest,
+  GrantRow,
+  Strategy,
+  StrategyFactory,
+  WindowPush,
+  WindowRef,
+} from './core/strategy.js'
 export { foldBlockWrites, type FoldedBlock } from './core/strategy.js'
 export type { WindowSpan } from './core/strategy.js'
 export { currentAndPrevious, hasLoneSurrogate, isStrategy, windowExpiresAtMs } from './core/strategy.js'

@@ -10,6 +10,7 @@
  *   npm run bench:accuracy -- --quick      # shorter traces, for a look
  *   npm run bench:accuracy -- --jobs 1     # one cell at a time (default: one per CPU)
  *   npm run bench:accuracy -- --redis      # the same on a redis-server of its own (prints only)
+ *   npm run bench:accuracy -- --only counter,counter-escrow --traces poisson,pacing   # some algorithms and traces
  *
  * With --redis every shard of a cell's fleet syncs through a RedisStrategy on a redis-server the
  * bench starts (bench/lib/replay-redis.ts), one cell at a time on this thread (a store cannot
@@ -39,6 +40,14 @@ const quick = args.has('--quick')
 const jobsAt = argv.indexOf('--jobs')
 const jobs = jobsAt >= 0 ? Number(argv[jobsAt + 1]) : undefined
 const onRedis = args.has('--redis')
+const listArg = (flag: string): Set<string> | undefined => {
+  const at = argv.indexOf(flag)
+  return at >= 0 ? new Set((argv[at + 1] ?? '').split(',')) : undefined
+}
+const onlyAlgorithms = listArg('--only')
+const onlyTraces = listArg('--traces')
+if ((onlyAlgorithms !== undefined || onlyTraces !== undefined) && args.has('--write'))
+  throw new Error('--only and --traces print only: docs/ACCURACY.md holds every algorithm on every trace')
 if (onRedis && args.has('--write')) throw new Error('--redis prints only: the tables of docs/ACCURACY.md come from the memory store')
 const LIMIT = 100
 const WINDOW = 60
@@ -97,6 +106,7 @@ const client = redis?.client() as Redis | undefined
 try {
   if (redis !== undefined) console.log(`on redis-server ${await redis.version()} (a server of this run's own)\n`)
   for (const [i, c] of CASES.entries()) {
+    if (onlyTraces !== undefined && !onlyTraces.has(c.profile)) continue
     const trace = syntheticTrace({
       profile: c.profile,
       limit: LIMIT,
@@ -110,7 +120,11 @@ try {
     // the cells of a trace on worker threads, one per CPU (--jobs N to change; the figures are alike)
     const results = await runGridParallel(
       trace,
-      gridCells(availableAlgorithms(), NODES, SYNC_RATES),
+      gridCells(
+        availableAlgorithms().filter((a) => onlyAlgorithms === undefined || onlyAlgorithms.has(a.name)),
+        NODES,
+        SYNC_RATES,
+      ),
       {
         limit: LIMIT,
         windowSec: WINDOW,

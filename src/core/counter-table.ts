@@ -377,28 +377,18 @@ export class WindowTable {
   }
 
   /**
-   * Escrow: the grant a hit of `cost` asks for: the reservation target (this process's hits, the
-   * cost, and a chunk of what is left, `ceil(room / (2 · nodes))`, weighted by the budget already
-   * spent), and the least reservation that admits the hit. Counted from the view of the last grant.
+   * Escrow: the grant a hit of `cost` asks for: at least this process's hits and the cost, at most
+   * the limit; the store adds its share of what is left (GrantRequest).
    */
-  grantRequest(key: string, cost: number, limit: number, nodes: number, nowMs: number): GrantRequest {
+  grantRequest(key: string, cost: number, limit: number, nowMs: number): GrantRequest {
     const start = windowStartMs(nowMs, this.sizeMs)
     let slot = this.slots.get(key)
     if (slot === undefined) slot = this.allocateEscrow(key, nowMs, start)
     const d = this.dict.data
     const base = slot * STRIDE
     if ((d[base + START] as number) < start) this.roll(base, start)
-    const mine = d[base + CUR_MINE] as number
-    const held = Math.max(mine, d[base + CUR_ACKED] as number)
-    const rate = slidingRate(
-      held + (d[base + CUR_OTHERS] as number),
-      Math.max(d[base + PREV_MINE] as number, d[base + PREV_ACKED] as number) + (d[base + PREV_OTHERS] as number),
-      (start + this.sizeMs - nowMs) / this.sizeMs,
-    )
-    const room = limit - rate
-    const chunk = room > 0 ? Math.ceil(room / (2 * Math.max(1, nodes))) : 0
-    const minimum = mine + cost
-    return { key, windowStartMs: start, windowSizeMs: this.sizeMs, target: Math.max(minimum, mine + chunk), limit, minimum }
+    const minimum = (d[base + CUR_MINE] as number) + cost
+    return { key, windowStartMs: start, windowSizeMs: this.sizeMs, target: Math.max(minimum, limit), limit, minimum }
   }
 
   /** Escrow: a call of seq `seq` carries `count` for `key`'s window at `windowStartMs`: lowers the budget believed held to it. */

@@ -385,6 +385,9 @@ export class Limiter extends Decisions {
     }
     for (let i = 0; i < tables.length; i++)
       if ((tables[i] as WindowTable).refusedUntil(key) > nowMs) return this.escrowDenied(key, cost, nowMs, undefined)
+    // the store is learning or just failed: onStoreError decides, without a call per hit
+    const quiet = link.quiet(nowMs)
+    if (quiet !== undefined) return this.escrowFallback(key, cost, nowMs, quiet)
     return link.grant(key, tables, cost, applied, nowMs).then((outcome) => this.afterGrant(key, cost, nowMs, override, outcome))
   }
 

@@ -60,6 +60,8 @@ export class StoreLink {
   /** Processes of the namespace, as the store's last answer counted them (at least 1). */
   nodesSeen = 1
   private epochMs: number | undefined
+  // no grant is asked for before this time (engine clock): the store is learning, or just failed
+  private quietUntilMs = Number.NEGATIVE_INFINITY
   // send time (engine clock) of the newest call the store answered in the current epoch
   private contactMs = Number.NEGATIVE_INFINITY
   private turn: { readonly nowMs: number; readonly keys: Map<string, PendingGrant> } | undefined
@@ -75,6 +77,17 @@ export class StoreLink {
     if (typeof options.strategy === 'object') this.strategy = options.strategy
     this.learnMs = 2 * options.syncRate * 1000 + 2 * options.storeTimeoutMs
   }
+
+  /**
+   * Escrow: why no grant is asked for at `nowMs`, or undefined when one may be: the store is
+   * learning (until its learning period ends) or failed (for a sync interval, at most a second):
+   * meanwhile hits are decided by `onStoreError` without a store call each.
+   */
+  quiet(nowMs: number): StoreError | undefined {
+    return nowMs < this.quietUntilMs ? this.quietReason : undefined
+  }
+
+  private quietReason: StoreError | undefined
 
   /** Escrow: whether budgets may be spent at `nowMs`: the store answered a call sent less than `learnMs` before. */
   leaseValid(nowMs: number): boolean {
@@ -112,7 +125,7 @@ export class StoreLink {
     for (let i = 0; i < tables.length; i++) {
       const table = tables[i] as WindowTable
       const asked = pending.requests.get(table)
-      if (asked === undefined) pending.requests.set(table, table.grantRequest(key, cost, limits[i] as number, this.nodesSeen, nowMs))
+      if (asked === undefined) pending.requests.set(table, table.grantRequest(key, cost, limits[i] as number, nowMs))
       else pending.requests.set(table, { ...asked, target: asked.target + cost, minimum: asked.minimum + cost })
     }
     return pending.done
@@ -142,11 +155,24 @@ export class StoreLink {
     this.callEscrow(seq, nowMs, [], grants).then(
       (reply) => {
         if (!this.acceptEpoch(reply, nowMs)) return settle(LEARNING)
-        if (reply.learning) return settle(LEARNING)
+        if (reply.learning) {
+          this.quietReason = new StoreError(
+            'STORE_UNAVAILABLE',
+            this.strategyName,
+            'escrow: the store grants no budget while it learns (the first learnMs of its epoch)',
+          )
+          this.quietUntilMs = reply.epochMs + this.learnMs
+          return settle({ answered: false, error: this.quietReason })
+        }
         for (let i = 0; i < reply.grants.length; i++) (owners[i] as WindowTable).applyEscrow(reply.grants[i] as GrantRow, seq, nowMs)
         settle(ANSWERED)
       },
-      (err: unknown) => settle({ answered: false, error: this.report(err) }),
+      (err: unknown) => {
+        const error = this.report(err)
+        this.quietReason = error
+        this.quietUntilMs = nowMs + Math.min(1000, this.options.syncRate * 1000)
+        settle({ answered: false, error })
+      },
     )
   }
 

@@ -163,14 +163,16 @@ export interface Strategy {
 
 /**
  * A grant request of an escrow namespace (docs/ARCHITECTURE.md, "Escrow"): raise this node's
- * reservation of one key-window toward `target`, as far as `limit` allows.
+ * reservation of one key-window to at least `minimum` (the hits that ask), plus a share of what
+ * is left, at most `target`, as far as `limit` allows. The store sizes the share, since it alone
+ * knows the room and the processes: `floor((room − (minimum − own)) / (2 · nodes))`.
  */
 export interface GrantRequest extends WindowRef {
-  /** The reservation this node asks to hold (cumulative in the window); a grant never lowers one. */
+  /** The most reservation this node asks to hold (cumulative in the window); a grant never lowers one. */
   readonly target: number
   /** The limit the window's sliding rate, every reservation counted, must stay within. */
   readonly limit: number
-  /** The least reservation of any use (the hit that asks): a grant that cannot reach it raises nothing. */
+  /** The least reservation of any use (the hits that ask): a grant that cannot reach it raises nothing. */
   readonly minimum: number
 }
 

@@ -1,12 +1,13 @@
 import { MemoryFixedWindow, MemorySlidingLog } from '../algorithms/index.js'
 import { ConfigError } from '../core/errors.js'
 import { createFakeClock, MemoryStrategy, RateLimiting, type Strategy } from '../index.js'
+import { EscrowFleet } from './escrow-fleet.js'
 import { CounterFleet } from './fleet.js'
 import { seededRandom, type Trace, traceSeconds } from './trace.js'
 import { type AccuracyMetrics, ExactTruth } from './truth.js'
 
 /** The algorithms a cell can run. */
-export type AlgorithmName = 'fixed-window' | 'sliding-log' | 'counter' | 'counter-predict'
+export type AlgorithmName = 'fixed-window' | 'sliding-log' | 'counter' | 'counter-predict' | 'counter-escrow'
 
 /** One algorithm of the grid and how it runs. */
 export interface AlgorithmEntry {
@@ -45,13 +46,19 @@ export const ALGORITHMS: readonly AlgorithmEntry[] = [
     eagerReads: true,
     requires: 'predict',
   },
+  // every process admits only on budget the store granted it (docs/ARCHITECTURE.md, "Escrow"):
+  // replayed hit by hit by escrow-fleet.ts, every call to the store counted
+  { name: 'counter-escrow', label: 'counter + escrow', perHit: false, namespaceOptions: { escrow: true }, requires: 'escrow' },
 ]
 
 /** Whether `rl.new()` accepts the namespace option `option` with `value` (a throwaway instance). */
 export function engineAccepts(option: string, value: unknown): boolean {
   const rl = RateLimiting.newInstance('simulate-probe')
   try {
-    rl.new({ namespace: 'probe', windowSizes: [1], [option]: value } as Parameters<RateLimiting['new']>[0])
+    // a periodic namespace on the memory store: the one shape every option of a counter variant accepts
+    rl.new({ namespace: 'probe', windowSizes: [1], syncRate: 1, strategy: new MemoryStrategy(), [option]: value } as Parameters<
+      RateLimiting['new']
+    >[0])
     return true
   } catch (err) {
     if (err instanceof ConfigError) return false
@@ -202,6 +209,37 @@ export async function runCell(trace: Trace, cell: CellSpec, setup: ReplaySetup, 
     }
     const perSec = seconds > 0 ? trace.length / seconds : trace.length
     load = { callsPerSec: perSec, rowsPerSec: perSec }
+  } else if (cell.algorithm.name === 'counter-escrow') {
+    const clock = createFakeClock(t0)
+    const fleet = new EscrowFleet({
+      nodes: cell.nodes,
+      limit,
+      windowSec,
+      syncRate: cell.syncRate,
+      countDenied,
+      store: (setup.strategy ?? (() => new MemoryStrategy()))(),
+      clock,
+      ...(cell.algorithm.namespaceOptions !== undefined ? { namespaceOptions: cell.algorithm.namespaceOptions } : {}),
+    })
+    await fleet.warmUp(clock, t0)
+    const random = setup.assign === 'random' ? seededRandom(setup.seed ?? 1) : undefined
+    const n = cell.nodes
+    for (let i = 0; i < trace.length; i++) {
+      const t = trace.times[i] as number
+      await fleet.advanceTo(t)
+      clock.set(t)
+      const key = trace.keys[i] as number
+      const node = random === undefined ? i % n : Math.floor(random() * n)
+      const d = await fleet.hit(node, trace.keyNames[key] as string)
+      const counted = d.allowed || countDenied
+      record(i, key, t, d.allowed, counted, counted ? d.rate - 1 : d.rate, node)
+    }
+    await fleet.close()
+    // calls: grant calls and sync calls; rows: key-windows granted or written (returned)
+    load = {
+      callsPerSec: seconds > 0 ? fleet.calls / seconds : fleet.calls,
+      rowsPerSec: seconds > 0 ? fleet.operations / seconds : fleet.operations,
+    }
   } else {
     const clock = createFakeClock(t0)
     const fleet = new CounterFleet(

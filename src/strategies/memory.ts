@@ -186,6 +186,7 @@ export class MemoryStrategy implements Strategy {
     for (const [node, lastMs] of callers) if (lastMs <= batch.nowMs - batch.learnMs) callers.delete(node)
     const rows = this.writeAndRead(batch)
     const grants: GrantRow[] = []
+    const nodes = callers.size
     for (const g of batch.grants) {
       const stored = this.find(batch.namespace, g.key, g.windowStartMs, g.windowSizeMs) ?? this.add(batch.namespace, g)
       stored.expiresAtMs = windowExpiresAtMs(g.windowStartMs, g.windowSizeMs, this.graceMs)
@@ -198,9 +199,14 @@ export class MemoryStrategy implements Strategy {
           stored.nodes.set(batch.nodeId, slot)
         }
         slot.seq = batch.seq
-        const rate = total(stored) + previousCount * previousWeight(batch.nowMs, g.windowSizeMs)
-        const raise = Math.min(g.target - slot.count, g.limit - rate)
-        if (raise > 0 && slot.count + raise >= g.minimum) setCount(stored, slot, slot.count + raise)
+        const room = g.limit - (total(stored) + previousCount * previousWeight(batch.nowMs, g.windowSizeMs))
+        const need = g.minimum - slot.count
+        if (need <= room) {
+          // the hits that ask, then a share of what is left: half of it split over the processes
+          const share = Math.floor((room - Math.max(0, need)) / (2 * nodes))
+          const raised = Math.min(g.target, Math.max(slot.count, g.minimum + share))
+          if (raised > slot.count) setCount(stored, slot, raised)
+        }
       }
       grants.push({
         ...this.row(stored, batch.nodeId),
@@ -213,7 +219,7 @@ export class MemoryStrategy implements Strategy {
       this.loseReplies--
       throw new StoreError('STORE_REPLY_LOST', this.name, 'injected failure: escrow call applied, reply lost')
     }
-    return { epochMs, learning, nodes: callers.size, rows, grants }
+    return { epochMs, learning, nodes, rows, grants }
   }
 
   // A batch's writes (each node's register, newer seq only), then its reads: one row each, in order.
