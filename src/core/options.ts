@@ -215,7 +215,10 @@ export function resolveNamespaceOptions(
       `escrow: the ${(strategy as Strategy).name} strategy does not serve escrow namespaces (it has no escrow method)`,
     )
   if (escrow && typeof strategy === 'string' && !supportsEscrow(strategy))
-    throw new ConfigError('INVALID_OPTION', `escrow: the ${strategy} strategy does not serve escrow namespaces`)
+    throw new ConfigError(
+      'INVALID_OPTION',
+      `escrow: the ${strategy} strategy does not serve escrow namespaces (its grants must be atomic; the built-in stores that do: memory)`,
+    )
   const onStoreError = o.onStoreError ?? 'local'
   if (onStoreError !== 'local' && onStoreError !== 'allow' && onStoreError !== 'deny' && (onStoreError !== 'share' || !escrow))
     throw invalid(
