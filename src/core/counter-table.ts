@@ -231,6 +231,7 @@ export class WindowTable {
     const queue = this.queue
     this.queue = []
     const full = all || this.queueOverflow
+    this.returnAll = all
     this.queueOverflow = false
     if (full) {
       for (const slot of this.slots.values()) this.visit(slot, startMs, weight, windows, refresh, visited)
@@ -509,6 +510,9 @@ export class WindowTable {
   // (unused budget returned, or hits counted while denied written), the current one's up to the
   // hits when they passed it; the key stays queued while it holds a reservation (returned once
   // its window closes). Nothing is read back: escrow decides on grants, not on refreshed counts.
+  // an explicit sync (rl.sync(), close()): every unused budget of a closed window goes back
+  private returnAll = false
+
   private visitEscrow(slot: number, startMs: number, windows: WindowPush[]): void {
     const d = this.dict.data
     const base = slot * STRIDE
@@ -524,13 +528,17 @@ export class WindowTable {
     const unanswered = this.dict.esc[slot * ESC_STRIDE + ESC_UNANSWERED] as number
     const prevMine = d[base + PREV_MINE] as number
     const prevAcked = d[base + PREV_ACKED] as number
-    if (prevMine !== prevAcked || (unanswered & 2) !== 0)
+    // unused budget goes back only where the fleet was near the limit: elsewhere the closed
+    // window's weight, budget included, leaves room to spare, and a return is a store operation
+    // per key and process (about half of what a key far below its limit cost)
+    const returns = prevAcked > prevMine && (this.returnAll || prevAcked + (d[base + PREV_OTHERS] as number) >= this.nearLimit)
+    if (prevMine > prevAcked || returns || (unanswered & 2) !== 0)
       windows.push({ key, windowStartMs: startMs - sizeMs, windowSizeMs: sizeMs, count: prevMine, diff: prevMine - prevAcked })
     const curMine = d[base + CUR_MINE] as number
     const curAcked = d[base + CUR_ACKED] as number
     if (curMine > curAcked || (unanswered & 1) !== 0)
       windows.push({ key, windowStartMs: startMs, windowSizeMs: sizeMs, count: Math.max(curMine, curAcked), diff: curMine - curAcked })
-    if (curMine > 0 || curAcked > 0 || prevMine !== prevAcked || unanswered !== 0) this.queueEscrow(slot)
+    if (curMine > 0 || curAcked > 0 || prevMine > prevAcked || unanswered !== 0) this.queueEscrow(slot)
   }
 
   private rollEscrow(slot: number, adjacent: boolean): void {

@@ -80,9 +80,14 @@ export class RateLimiting {
     return this.namespace(namespace).slidingWindow(key, windowSize, curDiff)
   }
 
-  /** Pushes unsynced hits and refreshes every held key now; never overlaps another sync. */
-  sync(namespace = 'default'): Promise<void> {
-    return this.namespace(namespace).sync()
+  /**
+   * Pushes unsynced hits and refreshes every held key now; never overlaps another sync. With
+   * `{ all: false }` it is the sync the timer runs (the keys in use, near their limit, and a slice
+   * of the idle ones; in an escrow namespace, unused budget goes back only near the limit): for
+   * tests and replays on a fake clock with `autoSync: false`.
+   */
+  sync(namespace = 'default', options?: { readonly all?: boolean }): Promise<void> {
+    return this.namespace(namespace).sync(options?.all ?? true)
   }
 
   /** Loads every stored counter of the namespace at `nowSec` (epoch s), bounded by `timeoutSec`. */

@@ -77,11 +77,7 @@ export class EscrowFleet {
   async advanceTo(t: number): Promise<void> {
     if (this.nextSyncMs !== this.nextSyncMs) this.nextSyncMs = (Math.floor(t / this.syncMs) + 1) * this.syncMs
     while (this.nextSyncMs <= t) {
-      for (const rl of this.instances)
-        await rl
-          .namespace('sim')
-          .sync(false)
-          .catch(() => undefined)
+      for (const rl of this.instances) await rl.sync('sim', { all: false }).catch(() => undefined)
       this.nextSyncMs += this.syncMs
       // a long quiet spell: jump to the last instant before t (nothing is held across it that a sync would change)
       if (t - this.nextSyncMs > 4 * this.syncMs) this.nextSyncMs = Math.floor(t / this.syncMs) * this.syncMs
