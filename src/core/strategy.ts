@@ -165,7 +165,7 @@ export interface Strategy {
  * A grant request of an escrow namespace (docs/ARCHITECTURE.md, "Escrow"): raise this node's
  * reservation of one key-window to at least `minimum` (the hits that ask), plus a share of what
  * is left, at most `target`, as far as `limit` allows. The store sizes the share, since it alone
- * knows the room and the processes: `floor((room − (minimum − own)) / (2 · nodes))`.
+ * knows the room and the processes: `floor((room − (minimum − own)) / (4 · nodes))`.
  */
 export interface GrantRequest extends WindowRef {
   /** The most reservation this node asks to hold (cumulative in the window); a grant never lowers one. */

@@ -202,8 +202,8 @@ export class MemoryStrategy implements Strategy {
         const room = g.limit - (total(stored) + previousCount * previousWeight(batch.nowMs, g.windowSizeMs))
         const need = g.minimum - slot.count
         if (need <= room) {
-          // the hits that ask, then a share of what is left: half of it split over the processes
-          const share = Math.floor((room - Math.max(0, need)) / (2 * nodes))
+          // the hits that ask, then a share of what is left: a quarter of it split over the processes
+          const share = Math.floor((room - Math.max(0, need)) / (4 * nodes))
           const raised = Math.min(g.target, Math.max(slot.count, g.minimum + share))
           if (raised > slot.count) setCount(stored, slot, raised)
         }

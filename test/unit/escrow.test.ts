@@ -126,17 +126,23 @@ describe('escrow', () => {
     }
   })
 
-  it("returns unused budget when the window closes: the previous window's register is the hits counted there", async () => {
+  it("gives unused budget back once the window closes: near the limit at the timer's sync, all of it at an explicit sync", async () => {
     const f = await fleet(1, 100)
     try {
       const limiter = proc(f, 0).limiter
-      for (let i = 0; i < 3; i++) await hit(limiter, 'k')
+      for (let i = 0; i < 3; i++) await hit(limiter, 'far')
+      for (let i = 0; i < 60; i++) await hit(limiter, 'near')
       const start = Math.floor(f.clock.now() / 10_000) * 10_000
-      const held = await f.store.getWindow('k', 'default', start, 10_000)
-      assert.ok(held.count > 3, `a chunk is reserved: ${held.count}`)
+      const far = await f.store.getWindow('far', 'default', start, 10_000)
+      assert.ok(far.count > 3, `a share is reserved: ${far.count}`)
       f.clock.advance(10_000)
       await f.tick()
-      assert.equal((await f.store.getWindow('k', 'default', start, 10_000)).count, 3)
+      // the timer's sync: a key near its limit gets its previous window's register back to its hits;
+      // one far below keeps it (that budget leaves room to spare, and a return is a store operation)
+      assert.equal((await f.store.getWindow('near', 'default', start, 10_000)).count, 60)
+      assert.equal((await f.store.getWindow('far', 'default', start, 10_000)).count, far.count)
+      await proc(f, 0).rl.sync()
+      assert.equal((await f.store.getWindow('far', 'default', start, 10_000)).count, 3)
     } finally {
       await f.close()
     }
