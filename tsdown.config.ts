@@ -13,6 +13,7 @@ const entries = {
   'adapters/express': 'src/adapters/express.ts',
   'adapters/fastify': 'src/adapters/fastify.ts',
   'adapters/hono': 'src/adapters/hono.ts',
+  'adapters/nestjs': 'src/adapters/nestjs.ts',
   'algorithms/index': 'src/algorithms/index.ts',
   'server/index': 'src/server/index.ts',
   'testing/index': 'src/testing/index.ts',

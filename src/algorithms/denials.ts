@@ -11,7 +11,7 @@
 
 import { DELETE_KEY } from './lua.js'
 import { runScript } from './redis-script.js'
-import type { RedisScriptClient } from './types.js'
+import type { RedisAdapter } from '../strategies/redis/scripts.js'
 
 /** A remembered denial of one key. */
 export interface Denial {
@@ -165,7 +165,7 @@ export class Denials {
  * denied, and be remembered, while the reset is on its way.
  */
 export async function resetKey(
-  client: RedisScriptClient,
+  client: RedisAdapter,
   denials: Denials | undefined,
   key: string,
   type: 'string' | 'zset',

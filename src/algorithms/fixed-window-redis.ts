@@ -4,7 +4,8 @@ import { FIXED_WINDOW_CHECK, FIXED_WINDOW_PEEK } from './lua.js'
 import type { KeyNames } from './keys.js'
 import { checkRequest, fixedWindowResult, resolveRedisOptions } from './options.js'
 import { runScript } from './redis-script.js'
-import type { AlgorithmResult, RateLimitAlgorithm, RedisAlgorithmOptions, RedisScriptClient } from './types.js'
+import type { RedisAdapter } from '../strategies/redis/scripts.js'
+import type { AlgorithmResult, RateLimitAlgorithm, RedisAlgorithmOptions } from './types.js'
 
 /** Options of {@link RedisFixedWindow}. */
 export interface RedisFixedWindowOptions extends RedisAlgorithmOptions {
@@ -36,7 +37,7 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
   readonly windowMs: number
   readonly keys: KeyNames
   readonly countDenied: boolean
-  private readonly client: RedisScriptClient
+  private readonly client: RedisAdapter
   private readonly clock: Clock
   private readonly timeoutMs: number
   private readonly ttl: string
@@ -53,7 +54,7 @@ export class RedisFixedWindow implements RateLimitAlgorithm {
     this.clock = resolved.clock
     this.keys = resolved.keys
     this.timeoutMs = resolved.timeoutMs
-    this.client = options.client
+    this.client = resolved.client
     this.countDenied = options.countDenied ?? true
     // the seed's EXPIRE in seconds; PEXPIRE only for windows that are not whole seconds
     this.ttlUnit = this.windowMs % 1000 === 0 ? 's' : 'ms'

@@ -7,6 +7,8 @@ export { RedisFixedWindow, type RedisFixedWindowOptions } from './fixed-window-r
 export { DEFAULT_PREFIX, KeyNames, type KeyOptions } from './keys.js'
 export { MemorySlidingLog, type MemorySlidingLogOptions } from './sliding-log-memory.js'
 export { RedisSlidingLog, type RedisSlidingLogOptions } from './sliding-log-redis.js'
+// the clients the Redis algorithms take (docs/STORES-redis.md, "Clients")
+export type { RedisAdapter, SupportedRedisClient } from '../strategies/redis/scripts.js'
 export type {
   AlgorithmOptions,
   AlgorithmResult,

@@ -1,5 +1,6 @@
 import type { Clock } from '../core/clock.js'
 import { ConfigError, usageRangeError, usageTypeError } from '../core/errors.js'
+import { type RedisAdapter, redisAdapter } from '../strategies/redis/scripts.js'
 import { KeyNames } from './keys.js'
 import type { AlgorithmOptions, AlgorithmResult, RedisAlgorithmOptions } from './types.js'
 
@@ -28,11 +29,12 @@ export function resolveOptions(options: AlgorithmOptions): ResolvedOptions {
 }
 
 /** Checks the Redis options. */
-export function resolveRedisOptions(options: RedisAlgorithmOptions): ResolvedOptions & { keys: KeyNames; timeoutMs: number } {
+export function resolveRedisOptions(
+  options: RedisAlgorithmOptions,
+): ResolvedOptions & { client: RedisAdapter; keys: KeyNames; timeoutMs: number } {
   const base = resolveOptions(options)
-  const client = options.client as unknown
-  if (typeof client !== 'object' || client === null || typeof (client as Record<string, unknown>).evalsha !== 'function')
-    throw new ConfigError('INVALID_OPTION', 'client must be an ioredis Redis or Cluster (an object with evalsha and eval)')
+  // the client's adapter, one per client (client-adapter.ts): its errors name what is wrong
+  const client = redisAdapter(options.client)
   const keys = new KeyNames(options)
   const timeoutMs = options.timeoutMs ?? 1000
   if (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs <= 0)
@@ -40,7 +42,7 @@ export function resolveRedisOptions(options: RedisAlgorithmOptions): ResolvedOpt
   const remember = options.rememberDenials as unknown
   if (remember !== undefined && typeof remember !== 'boolean')
     throw new ConfigError('INVALID_OPTION', `rememberDenials must be a boolean, got ${String(remember)}`)
-  return { ...base, keys, timeoutMs }
+  return { ...base, client, keys, timeoutMs }
 }
 
 /** Checks `maxKeys` of the memory algorithms. */

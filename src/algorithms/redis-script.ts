@@ -1,10 +1,9 @@
-import { performance } from 'node:perf_hooks'
+import { ioTimers } from '../core/io-timers.js'
 import { StoreError } from '../core/errors.js'
 import { deadline } from '../core/timeout.js'
-import { evalScript, type LuaScript, redisError, WriteHold } from '../strategies/redis/scripts.js'
+import { evalScript, type LuaScript, type RedisAdapter, redisError, WriteHold } from '../strategies/redis/scripts.js'
 import type { BatchableScript } from './lua.js'
 import { batchable, callSafely, readReply, type Sample, ScriptBatches } from './script-batch.js'
-import type { RedisScriptClient } from './types.js'
 
 // How much earlier than the caller's timeout a script's deadline falls on Redis's clock: the time
 // the reply of a script that ran just in time needs to come back and be read, plus the error of
@@ -18,7 +17,7 @@ function deadlineMarginMs(timeoutMs: number): number {
 const OFFSET_SAMPLE_LIFE_MS = 10_000
 
 /**
- * Redis's clock as seen from this process: `redisMs - performance.now()`, learnt from the time
+ * Redis's clock as seen from this process: `redisMs - ioTimers.now()` (performance.now as it was when the library loaded: a suite's fake timers replace the global), learnt from the time
  * every script returns. The best sample (the shortest round trip) is kept for a while; its
  * error is at most half its round trip.
  */
@@ -51,9 +50,9 @@ interface ClientState {
   readonly batches: ScriptBatches | undefined
 }
 
-const states = new WeakMap<RedisScriptClient, ClientState>()
+const states = new WeakMap<RedisAdapter, ClientState>()
 
-function stateOf(client: RedisScriptClient): ClientState {
+function stateOf(client: RedisAdapter): ClientState {
   let state = states.get(client)
   if (state === undefined) {
     const offset = new RedisClockOffset()
@@ -85,7 +84,7 @@ function stateOf(client: RedisScriptClient): ClientState {
  * the reply and the algorithm's answer, not a chain of wrappers.
  */
 export function runScript(
-  client: RedisScriptClient,
+  client: RedisAdapter,
   script: LuaScript | BatchableScript,
   keys: readonly string[],
   args: readonly (string | number)[],
@@ -94,7 +93,7 @@ export function runScript(
   length: number,
 ): Promise<number[]> {
   const state = stateOf(client)
-  const sentAtMs = performance.now()
+  const sentAtMs = ioTimers.now()
   const deadlineAt = state.offset.deadline(sentAtMs, timeoutMs)
   return new Promise<number[]>((resolve, reject) => {
     let late = false

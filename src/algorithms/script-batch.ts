@@ -12,12 +12,10 @@
  * leaves as soon as it holds {@link MAX_BATCH} checks, so Redis starts on it while the next is
  * being made. A Redis Cluster client is never batched (a script's keys must share one slot).
  */
-import { performance } from 'node:perf_hooks'
 import { StoreError } from '../core/errors.js'
 import { ioTimers } from '../core/io-timers.js'
-import { evalScript, holdWrites, redisError } from '../strategies/redis/scripts.js'
+import { evalScript, holdWrites, type RedisAdapter, redisError } from '../strategies/redis/scripts.js'
 import type { BatchableScript } from './lua.js'
-import type { RedisScriptClient } from './types.js'
 
 /** Learns Redis's clock from a reply: when the call left, when its reply came, Redis's time in it. */
 export type Sample = (sentAtMs: number, receivedAtMs: number, redisMs: number) => void
@@ -37,8 +35,8 @@ export interface BatchedCheck {
 }
 
 /** Whether a client's checks can be batched: a single server's client, not a cluster's. */
-export function batchable(client: object): boolean {
-  return typeof (client as { nodes?: unknown }).nodes !== 'function'
+export function batchable(client: RedisAdapter): boolean {
+  return !client.cluster
 }
 
 /**
@@ -47,12 +45,12 @@ export function batchable(client: object): boolean {
  * and the call's round trip, for the clock offset.
  */
 export class ScriptBatches {
-  private readonly client: RedisScriptClient
+  private readonly client: RedisAdapter
   private readonly queues = new Map<BatchableScript, BatchedCheck[]>()
   private readonly sample: Sample
   private scheduled = false
 
-  constructor(client: RedisScriptClient, sample: Sample) {
+  constructor(client: RedisAdapter, sample: Sample) {
     this.client = client
     this.sample = sample
   }
@@ -90,7 +88,7 @@ export class ScriptBatches {
   }
 
   private send(script: BatchableScript, checks: BatchedCheck[]): void {
-    const sentAtMs = performance.now()
+    const sentAtMs = ioTimers.now()
     const failed = (err: unknown): void => {
       const error = redisError(err)
       for (const check of checks) check.done(error)
@@ -126,7 +124,7 @@ export class ScriptBatches {
       for (const check of checks) check.done(unexpected(check.what, reply))
       return
     }
-    this.sample(sentAtMs, performance.now(), Number(reply[reply.length - 1]))
+    this.sample(sentAtMs, ioTimers.now(), Number(reply[reply.length - 1]))
     if (reply.length === 2 && Number(reply[0]) === -1) {
       for (const check of checks) check.done(late(check.what))
       return
@@ -159,7 +157,7 @@ export class ScriptBatches {
 export function readReply(reply: unknown, what: string, length: number, sentAtMs: number, sample: Sample): number[] | StoreError {
   if (!Array.isArray(reply) || reply.length < 2 || (reply.length < length + 1 && Number(reply[0]) !== -1)) return unexpected(what, reply)
   const numbers = reply.map((v) => Number(v))
-  sample(sentAtMs, performance.now(), numbers.pop() as number)
+  sample(sentAtMs, ioTimers.now(), numbers.pop() as number)
   return numbers[0] === -1 ? late(what) : numbers
 }
 

@@ -5,7 +5,8 @@ import { SLIDING_LOG_CHECK, SLIDING_LOG_PEEK } from './lua.js'
 import type { KeyNames } from './keys.js'
 import { checkRequest, remainingOf, resolveRedisOptions } from './options.js'
 import { runScript } from './redis-script.js'
-import type { AlgorithmResult, RateLimitAlgorithm, RedisAlgorithmOptions, RedisScriptClient } from './types.js'
+import type { RedisAdapter } from '../strategies/redis/scripts.js'
+import type { AlgorithmResult, RateLimitAlgorithm, RedisAlgorithmOptions } from './types.js'
 
 /** Options of {@link RedisSlidingLog}. */
 export type RedisSlidingLogOptions = RedisAlgorithmOptions
@@ -38,7 +39,7 @@ export class RedisSlidingLog implements RateLimitAlgorithm {
   readonly limit: number
   readonly windowMs: number
   readonly keys: KeyNames
-  private readonly client: RedisScriptClient
+  private readonly client: RedisAdapter
   private readonly clock: Clock
   private readonly timeoutMs: number
   private readonly instanceId = randomBytes(6).toString('hex')
@@ -55,7 +56,7 @@ export class RedisSlidingLog implements RateLimitAlgorithm {
     this.clock = resolved.clock
     this.keys = resolved.keys
     this.timeoutMs = resolved.timeoutMs
-    this.client = options.client
+    this.client = resolved.client
     this.denials = options.rememberDenials === false ? undefined : (denials ?? new Denials())
   }
 

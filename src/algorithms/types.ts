@@ -1,4 +1,4 @@
-import type { ScriptClient } from '../strategies/redis/scripts.js'
+import type { ScriptClient, SupportedRedisClient } from '../strategies/redis/scripts.js'
 import type { Clock } from '../core/clock.js'
 import type { KeyOptions } from './keys.js'
 
@@ -73,9 +73,9 @@ export interface AlgorithmOptions {
 }
 
 /**
- * The Redis calls the Redis algorithms make: scripts by SHA, with `eval` as the fallback when
- * the server answers NOSCRIPT (the Redis strategy's scripts run the same way). An ioredis
- * `Redis` or `Cluster` fits.
+ * An ioredis-shaped client: scripts by SHA, with `eval` as the fallback when the server answers
+ * NOSCRIPT (the Redis strategy's scripts run the same way). An ioredis or iovalkey `Redis` or
+ * `Cluster` fits; the algorithms also take the other clients of {@link SupportedRedisClient}.
  */
 export type RedisScriptClient = ScriptClient
 
@@ -86,11 +86,12 @@ export type RedisScriptClient = ScriptClient
  */
 export interface RedisAlgorithmOptions extends AlgorithmOptions, KeyOptions {
   /**
-   * An ioredis `Redis` or `Cluster` (or anything with `evalsha` and `eval`). Never closed by the
-   * algorithm. On a single server's client, the checks of one event-loop turn share a script call
-   * (src/algorithms/script-batch.ts).
+   * An ioredis or iovalkey `Redis` or `Cluster` (or anything with `evalsha` and `eval`), a
+   * node-redis client or cluster (redis 5 or 6, connected by you), or a `RedisAdapter`
+   * (docs/STORES-redis.md, "Clients"). Never closed by the algorithm. On a single server's
+   * client, the checks of one event-loop turn share a script call (src/algorithms/script-batch.ts).
    */
-  readonly client: RedisScriptClient
+  readonly client: SupportedRedisClient
   /** Longest wait for one Redis call, ms; a slower call rejects with a STORE_TIMEOUT StoreError. @default 1000 */
   readonly timeoutMs?: number
   /**

@@ -6,6 +6,10 @@ import { envFlag } from './config-gateway.js'
 export interface ConfigEnv {
   /** Overrides `store.url` (redis, postgres), `store.nodes` (redis, when comma-separated) or `store.servers` (memcached, comma-separated). */
   readonly RATELIMITING_STORE_URL?: string
+  /** Redis Sentinel: overrides `store.password`, the data nodes' password (redis only). */
+  readonly RATELIMITING_STORE_PASSWORD?: string
+  /** Redis Sentinel: overrides `store.sentinel-password`, the Sentinels' password (redis only). */
+  readonly RATELIMITING_STORE_SENTINEL_PASSWORD?: string
   /** Comma-separated bearer tokens, replacing `auth.tokens`. */
   readonly RATELIMITING_AUTH_TOKENS?: string
   /** Comma-separated admin tokens, replacing `auth.admin-tokens`. */
@@ -44,6 +48,12 @@ export function applyEnv(raw: Raw, env: ConfigEnv): Raw {
     else store.url = url.trim()
     out.store = store
   }
+  // Sentinel's passwords have no URL to travel in: these keep them out of the file
+  const passwords = Object.entries({
+    password: env.RATELIMITING_STORE_PASSWORD,
+    'sentinel-password': env.RATELIMITING_STORE_SENTINEL_PASSWORD,
+  }).filter(([, value]) => value !== undefined && value !== '')
+  if (storeType === 'redis' && passwords.length > 0) out.store = { ...section(out, 'store'), ...Object.fromEntries(passwords) }
   const tokens = list(env.RATELIMITING_AUTH_TOKENS)
   const adminTokens = list(env.RATELIMITING_ADMIN_TOKENS)
   if (tokens !== undefined || adminTokens !== undefined) {

@@ -113,6 +113,12 @@ export const CONFIG_SCHEMA = {
         type: { enum: STORE_TYPES },
         url: { type: 'string', minLength: 1 },
         nodes: stringList,
+        // Redis Sentinel: the Sentinels (host:port) and the name of the master they monitor
+        sentinels: stringList,
+        'master-name': { type: 'string', pattern: '^[A-Za-z0-9._-]+$' },
+        // any type here: config-sentinels.ts checks them with messages that leave the value out
+        password: {},
+        'sentinel-password': {},
         servers: stringList,
         // postgres: where the counters table lives (a plain identifier, as PostgresStrategy takes it)
         schema: { type: 'string', pattern: '^[A-Za-z_][A-Za-z0-9_]{0,62}$' },
@@ -131,6 +137,12 @@ export const CONFIG_SCHEMA = {
         host: { type: 'string', minLength: 1 },
         port: { type: 'integer', minimum: 0, maximum: 65_535 },
         'max-concurrent-streams': { type: 'integer', minimum: 1, maximum: 1_000_000 },
+        // open connections at most, as server.max-connections for HTTP (read at each connection: a reload applies)
+        'max-connections': { type: 'integer', minimum: 1, maximum: 1_000_000 },
+        // a connection without a call in progress this long is closed, one that never sent the HTTP/2 preface too
+        'idle-timeout-ms': { type: 'integer', minimum: 100, maximum: 86_400_000 },
+        // streams a client may reset on one connection before they were answered (rapid reset, CVE-2023-44487)
+        'max-stream-resets': { type: 'integer', minimum: 1, maximum: 1_000_000_000 },
       },
     },
     envoy: {
@@ -143,6 +155,8 @@ export const CONFIG_SCHEMA = {
         'response-headers': { enum: ['off', 'x-ratelimit', ...HEADER_MODES] },
         'near-limit-ratio': { type: 'number', exclusiveMinimum: 0, maximum: 1 },
         'max-descriptors': { type: 'integer', minimum: 1, maximum: 1024 },
+        // UTF-16 code units of a descriptor entry's key or value; up to gRPC's default message limit (4 MiB)
+        'max-value-length': { type: 'integer', minimum: 1, maximum: 4_194_304 },
       },
     },
     'forward-auth': {

@@ -10,6 +10,7 @@ import { listIssues, policyListsOf } from './config-lists.js'
 import { type KeyNormalization, keyNormalizer } from './key-normalization.js'
 import { overrideIssues, overridesOf } from './config-overrides.js'
 import { urlProblems } from './config-urls.js'
+import { sentinelIssues } from './config-sentinels.js'
 
 export { type ConfigEnv } from './config-env.js'
 export { ConfigFileError, type ConfigIssue } from './config-issues.js'
@@ -23,6 +24,10 @@ export type StoreType = (typeof STORE_TYPES)[number]
 const STORE_KEYS_USED_BY: Record<string, readonly StoreType[]> = {
   url: ['redis', 'postgres'],
   nodes: ['redis'],
+  sentinels: ['redis'],
+  'master-name': ['redis'],
+  password: ['redis'],
+  'sentinel-password': ['redis'],
   servers: ['memcached'],
   schema: ['postgres'],
   'batch-across-slots': ['redis'],
@@ -60,6 +65,14 @@ export interface StoreConfig {
   readonly url?: string
   /** Redis Cluster seed nodes (`host:port` or URLs). */
   readonly nodes?: readonly string[]
+  /** Redis Sentinel: the Sentinels (`host:port`), asked for the master of `masterName`. */
+  readonly sentinels?: readonly string[]
+  /** Redis Sentinel: the name the Sentinels monitor the master under. */
+  readonly masterName?: string
+  /** Redis Sentinel: the data nodes' password. */
+  readonly password?: string
+  /** Redis Sentinel: the Sentinels' own password. */
+  readonly sentinelPassword?: string
   /** memcached servers (`host:port`). */
   readonly servers?: readonly string[]
   /** postgres: the schema of the counters table. @default "public" */
@@ -214,10 +227,11 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
         message: `only sliding-window-counter-algo syncs; ${p.algo} decides in the store on every request`,
       })
   }
-  if (storeType === 'redis' && store.url === undefined && store.nodes === undefined)
+  if (storeType === 'redis' && store.url === undefined && store.nodes === undefined && store.sentinels === undefined)
     issues.push({
       path: ['store', 'url'],
-      message: 'is required for store type redis (or store.nodes for a Redis Cluster, or RATELIMITING_STORE_URL)',
+      message:
+        'is required for store type redis (or store.nodes for a Redis Cluster, store.sentinels for Redis Sentinel, or RATELIMITING_STORE_URL)',
     })
   if (storeType === 'redis' && store.url !== undefined && store.nodes !== undefined)
     issues.push({
@@ -240,6 +254,7 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
   if (store['batch-across-slots'] === true && store.nodes !== undefined)
     issues.push({ path: ['store', 'batch-across-slots'], message: 'is for one Redis server (url); a cluster needs one call per slot' })
   issues.push(...urlProblems(storeType, store))
+  if (storeType === 'redis') issues.push(...sentinelIssues(store))
   listIssues(raw, issues)
   const normalization = (raw['key-normalization'] as KeyNormalization | undefined) ?? 'nfc'
   overrideIssues(raw, (server['max-user-id-length'] as number | undefined) ?? 256, keyNormalizer(normalization), issues)
@@ -277,6 +292,9 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
       type: storeType,
       ...(store.url !== undefined ? { url: store.url as string } : {}),
       ...(store.nodes !== undefined ? { nodes: store.nodes as string[] } : {}),
+      ...(store.sentinels !== undefined ? { sentinels: store.sentinels as string[], masterName: store['master-name'] as string } : {}),
+      ...(store.password !== undefined ? { password: store.password as string } : {}),
+      ...(store['sentinel-password'] !== undefined ? { sentinelPassword: store['sentinel-password'] as string } : {}),
       ...(store.servers !== undefined ? { servers: store.servers as string[] } : {}),
       ...(store.schema !== undefined ? { schema: store.schema as string } : {}),
       timeoutMs: (store['timeout-ms'] as number | undefined) ?? 1000,

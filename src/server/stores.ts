@@ -1,9 +1,12 @@
+import { createHash } from 'node:crypto'
 import type { RedisScriptClient } from '../algorithms/types.js'
 import { createStrategy } from '../core/registry.js'
 import type { Strategy } from '../core/strategy.js'
 import { withTimeout } from '../core/timeout.js'
 import { registerBuiltInStrategies } from '../strategies/built-in.js'
 import { MemoryStrategy } from '../strategies/memory.js'
+import { type FollowingClient, sentinelClientOptions, watchFailovers } from '../strategies/redis/sentinel.js'
+import { sentinelAddress } from './config-sentinels.js'
 import type { StoreConfig } from './config.js'
 
 /** A Redis client as the service uses it: scripts for the algorithms, PING for readiness. */
@@ -97,7 +100,14 @@ export async function checkStoreModules(store: StoreConfig, _needsStrategy: bool
 export function storeSignature(store: StoreConfig, keyPrefix: string): string {
   // the memory store has no connection and no key names: any memory section keeps its counters
   if (store.type === 'memory') return 'memory'
-  return `${JSON.stringify([store.type, store.url ?? '', store.nodes ?? [], store.servers ?? [], store.schema ?? '', store.timeoutMs, store.batchAcrossSlots === true])}|${keyPrefix}`
+  const sentinel =
+    store.sentinels === undefined ? [] : [store.sentinels, store.masterName, digest(store.password), digest(store.sentinelPassword)]
+  return `${JSON.stringify([store.type, store.url ?? '', store.nodes ?? [], store.servers ?? [], store.schema ?? '', store.timeoutMs, store.batchAcrossSlots === true, ...sentinel])}|${keyPrefix}`
+}
+
+// a changed password opens new connections, and the signature holds no password
+function digest(secret: string | undefined): string {
+  return secret === undefined ? '' : createHash('sha256').update(secret).digest('base64url')
 }
 
 /**
@@ -140,6 +150,20 @@ async function connectRedis(store: StoreConfig, onError: (err: Error) => void): 
       lazyConnect: true,
       redisOptions: common,
     })
+  } else if (store.sentinels !== undefined) {
+    // the master the Sentinels name, followed across failovers (docs/STORES-redis.md, "Sentinel")
+    const Redis = exportedClass<typeof client>(ioredis, 'Redis', 'redis')
+    const RedisWithOptions = Redis as unknown as new (options: unknown) => typeof client
+    const sentinels = store.sentinels.map((s) => sentinelAddress(s) as { host: string; port: number })
+    const { masterName: name, password, sentinelPassword } = store
+    const sentinelOptions = { sentinels, name, password, sentinelPassword }
+    client = new RedisWithOptions({
+      ...common,
+      ...sentinelClientOptions(sentinelOptions),
+      // a Sentinel that hangs is skipped for the next one after this long
+      sentinelCommandTimeout: store.timeoutMs,
+    })
+    watchFailovers(client as unknown as FollowingClient, RedisWithOptions as never, sentinelOptions)
   } else {
     const Redis = exportedClass<typeof client>(ioredis, 'Redis', 'redis')
     const RedisWithUrl = Redis as unknown as new (url: string, options: unknown) => typeof client

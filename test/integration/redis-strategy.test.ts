@@ -464,7 +464,7 @@ describe('redis strategy: on a server of its own', () => {
 
   it('refuses bad options with errors that name them', () => {
     const bad: Array<[Record<string, unknown>, RegExp]> = [
-      [{}, /client .* or url/],
+      [{}, /needs client .*, url or sentinels/],
       [{ client, url: server.url }, /either client or url/],
       [{ client, prefix: 'a{b}' }, /prefix must be a non-empty string without braces/],
       [{ client, prefix: '' }, /prefix/],

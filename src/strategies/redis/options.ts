@@ -1,5 +1,14 @@
-import { Redis } from 'ioredis'
+import { createRequire } from 'node:module'
+import type * as Ioredis from 'ioredis'
 import { ConfigError } from '../../core/errors.js'
+import { clientProblem, type RedisAdapter, redisAdapter, type SupportedRedisClient } from './client-adapter.js'
+import { checkSentinelOptions, sentinelClientOptions, watchFailovers } from './sentinel.js'
+
+// ioredis, loaded only to make a client from `url` or `sentinels`: with a client of another
+// driver (node-redis), ioredis need not be installed
+function ioredis(): typeof Ioredis {
+  return createRequire(import.meta.url)('ioredis') as typeof Ioredis
+}
 
 /**
  * The commands the strategy sends on one connection. An ioredis `Redis` has them; so does each
@@ -17,7 +26,7 @@ export interface RedisCommands {
  * A cluster client is recognised by its `nodes('master')` method (SCAN runs on every master).
  */
 export interface RedisClientLike extends RedisCommands {
-  /** Closes the connection; called by `close()` only on a client the strategy created from `url`. */
+  /** Closes the connection; called by `close()` only on a client the strategy created (from `url` or `sentinels`). */
   quit(): Promise<unknown>
   /** Called with `true` to reconnect when replies arrive out of order (see docs/STORES-redis.md). */
   disconnect?(reconnect?: boolean): void
@@ -27,15 +36,31 @@ export interface RedisClientLike extends RedisCommands {
   nodes?(role: 'master'): RedisCommands[]
 }
 
-/** Options of {@link RedisStrategy}: give `client` or `url`, not both. */
+/** Options of {@link RedisStrategy}: give one of `client`, `url` or `sentinels` (with `name`). */
 export interface RedisStrategyOptions {
-  /** An ioredis `Redis` or `Cluster` you own; the strategy never closes it. */
-  readonly client?: RedisClientLike
+  /**
+   * A client you own, never closed by the strategy: an ioredis or iovalkey `Redis` or `Cluster`,
+   * a node-redis client or cluster (redis 5 or 6, connected by you), or a `RedisAdapter`
+   * (docs/STORES-redis.md, "Clients").
+   */
+  readonly client?: RedisClientLike | SupportedRedisClient
   /**
    * A `redis://` or `rediss://` URL: the strategy creates an ioredis `Redis` and closes it on
    * `close()`. For a Redis Cluster pass `client: new Cluster([...])`.
    */
   readonly url?: string
+  /**
+   * Instead of `client` and `url`: the Sentinels to ask for the current master of `name` (Redis
+   * Sentinel). The strategy creates an ioredis `Redis` that follows the master across failovers
+   * and closes it on `close()`. One reachable Sentinel is enough; list them all.
+   */
+  readonly sentinels?: ReadonlyArray<{ readonly host: string; readonly port: number }>
+  /** With `sentinels`: the master's name, as in the Sentinels' `sentinel monitor <name> …`. */
+  readonly name?: string
+  /** With `sentinels`: the data nodes' password (their `requirepass`). */
+  readonly password?: string
+  /** With `sentinels`: the Sentinels' own password (their `requirepass`), when they have one. */
+  readonly sentinelPassword?: string
   /** First part of every key name; no braces (they would break the hash tag). @default "rl" */
   readonly prefix?: string
   /** How long a window outlives the two windows a rate can read, ms (covers clock skew). @default 10_000 */
@@ -55,10 +80,10 @@ export interface RedisStrategyOptions {
 // Most key-windows in one script call when batching across slots: bounds the time one call holds Redis.
 const CHUNK_SIZE = 512
 
-/** {@link RedisStrategyOptions} checked, with the client made from `url` when given. */
+/** {@link RedisStrategyOptions} checked, with the client made from `url` or `sentinels` when given. */
 export interface ResolvedRedisOptions {
-  readonly client: RedisClientLike
-  /** Whether the strategy made the client (from `url`) and so closes it. */
+  readonly client: RedisAdapter
+  /** Whether the strategy made the client (from `url` or `sentinels`) and so closes it. */
   readonly ownsClient: boolean
   readonly prefix: string
   readonly graceMs: number
@@ -71,13 +96,14 @@ function isPositiveInteger(value: unknown): value is number {
   return typeof value === 'number' && Number.isInteger(value) && value > 0
 }
 
-/** Checks the options once, naming the one refused; makes an ioredis client from `url`. */
+/** Checks the options once, naming the one refused; makes an ioredis client from `url` or `sentinels`. */
 export function resolveRedisOptions(options: RedisStrategyOptions): ResolvedRedisOptions {
-  let resolvedClient: RedisClientLike
+  let resolvedClient: RedisClientLike | SupportedRedisClient
   let ownsClient: boolean
   if (typeof options !== 'object' || options === null) throw new ConfigError('INVALID_OPTION', 'redis: options must be an object')
   const { client, url, prefix = 'rl', graceMs = 10_000, scanCount = 1000, batchAcrossSlots = false } = options
   if (client !== undefined && url !== undefined) throw new ConfigError('INVALID_OPTION', 'redis: give either client or url, not both')
+  const sentinels = checkSentinelOptions(options)
   if (typeof prefix !== 'string' || prefix.length === 0 || /[{}]/.test(prefix))
     throw new ConfigError('INVALID_OPTION', `redis: prefix must be a non-empty string without braces, got ${JSON.stringify(prefix)}`)
   if (typeof graceMs !== 'number' || !Number.isFinite(graceMs) || graceMs < 0)
@@ -87,18 +113,17 @@ export function resolveRedisOptions(options: RedisStrategyOptions): ResolvedRedi
   if (typeof batchAcrossSlots !== 'boolean')
     throw new ConfigError('INVALID_OPTION', `redis: batchAcrossSlots must be a boolean, got ${String(batchAcrossSlots)}`)
   if (client !== undefined) {
-    if (typeof client !== 'object' || client === null || typeof client.evalsha !== 'function' || typeof client.scan !== 'function')
-      throw new ConfigError(
-        'INVALID_OPTION',
-        'redis: client must be an ioredis Redis or Cluster (an object with evalsha, eval, scan, unlink)',
-      )
+    const problem = clientProblem(client)
+    if (problem !== undefined) throw new ConfigError('INVALID_OPTION', `redis: ${problem}`)
+    if ('evalsha' in client && typeof (client as { scan?: unknown }).scan !== 'function')
+      throw new ConfigError('INVALID_OPTION', 'redis: an ioredis client must have scan and unlink (getCounters and purge use them)')
     const keyPrefix = clientKeyPrefix(client)
     if (keyPrefix)
       throw new ConfigError(
         'INVALID_OPTION',
         `redis: the client has keyPrefix ${JSON.stringify(keyPrefix)}, which SCAN does not apply; use the strategy's prefix option instead`,
       )
-    if (batchAcrossSlots && typeof client.nodes === 'function')
+    if (batchAcrossSlots && redisAdapter(client).cluster)
       throw new ConfigError(
         'INVALID_OPTION',
         'redis: batchAcrossSlots cannot be used with a cluster client (every script call must stay in one slot)',
@@ -112,16 +137,24 @@ export function resolveRedisOptions(options: RedisStrategyOptions): ResolvedRedi
     // sync) instead of queueing every sync in memory until the server is back. No
     // auto-pipelining: it sends one batch per connection at a time, so a single lost reply
     // would stall every later call until the connection drops.
-    const redis = new Redis(url, { maxRetriesPerRequest: 1 })
+    const redis = new (ioredis().Redis)(url, { maxRetriesPerRequest: 1 })
     // failures reach callers through the failed calls (the engine's onError); without a
     // listener ioredis would print every connection error
     redis.on('error', () => undefined)
     resolvedClient = redis as unknown as RedisClientLike
     ownsClient = true
+  } else if (sentinels) {
+    // as from url: one retry per command, no auto-pipelining
+    const { Redis } = ioredis()
+    const redis = new Redis({ ...sentinelClientOptions(options), maxRetriesPerRequest: 1 })
+    redis.on('error', () => undefined)
+    watchFailovers(redis, Redis, options)
+    resolvedClient = redis as unknown as RedisClientLike
+    ownsClient = true
   } else {
-    throw new ConfigError('INVALID_OPTION', 'redis: needs client (an ioredis Redis or Cluster) or url')
+    throw new ConfigError('INVALID_OPTION', 'redis: needs client (an ioredis, iovalkey or node-redis client or cluster), url or sentinels')
   }
-  return { client: resolvedClient, ownsClient, prefix, graceMs, scanCount, chunkSize: batchAcrossSlots ? CHUNK_SIZE : 0 }
+  return { client: redisAdapter(resolvedClient), ownsClient, prefix, graceMs, scanCount, chunkSize: batchAcrossSlots ? CHUNK_SIZE : 0 }
 }
 
 function clientKeyPrefix(client: object): string | undefined {

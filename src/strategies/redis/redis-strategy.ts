@@ -9,7 +9,6 @@ import {
   type WindowRef,
   windowExpiresAtMs,
 } from '../../core/strategy.js'
-import { withTimeout } from '../../core/timeout.js'
 import { BUILT_IN_STORES } from '../capabilities.js'
 import { type BlockContext, pushBlocks } from './block-push.js'
 import { CallPlan, type RowRef, type ScriptCall } from './call-plan.js'
@@ -17,12 +16,14 @@ import { encodeKey, namespaceHead, type ParsedName, windowName } from './key-nam
 import { keySlot } from './key-slot.js'
 import { checkCount, oneKeyArgs, oneWriteArgs, replyParts, soleKey } from './one-key.js'
 import { PUSH, RESET, SYNC_PUSH } from './lua.js'
-import { type RedisClientLike, type RedisCommands, type RedisStrategyOptions, resolveRedisOptions } from './options.js'
+import type { RedisAdapter, RedisNodeAdapter } from './client-adapter.js'
+import { type RedisStrategyOptions, resolveRedisOptions } from './options.js'
 import { scanNamespace } from './scan.js'
 import { evalScript, type LuaScript, redisError, WriteHold } from './scripts.js'
 
 /**
- * The Redis store, for a single node or a Redis Cluster, over ioredis.
+ * The Redis store, for a single node or a Redis Cluster, over ioredis, iovalkey or node-redis
+ * (client-adapter.ts).
  *
  * One HASH per key-window, `<prefix>:{<namespace>:<key>}:<size>:<start>`, holding each node's
  * cumulative count and seq, and the running total. A push is one Lua script call (by SHA) per
@@ -45,7 +46,7 @@ export class RedisStrategy implements Strategy {
   readonly prefix: string
   /** Extra lifetime of a stored window after the two windows a rate can read, ms. */
   readonly graceMs: number
-  private readonly client: RedisClientLike
+  private readonly client: RedisAdapter
   private readonly ownsClient: boolean
   private readonly scanCount: number
   private readonly chunkSize: number
@@ -201,7 +202,7 @@ export class RedisStrategy implements Strategy {
           if (names === undefined) bySlot.set(slot, [name])
           else names.push(name)
         }
-        await Promise.all([...bySlot.values()].map((names) => this.client.unlink(...names)))
+        await Promise.all([...bySlot.values()].map((names) => this.client.unlink(names)))
       }
     } catch (err) {
       throw this.storeError(err)
@@ -209,15 +210,12 @@ export class RedisStrategy implements Strategy {
   }
 
   /**
-   * Closes the client if the strategy created it from `url` (QUIT, waiting at most a second for
-   * pending replies, then a hard disconnect so that no reconnect timer keeps the process alive).
-   * A client you passed stays open.
+   * Closes the client if the strategy created it from `url` or `sentinels` (QUIT, waiting at
+   * most a second for pending replies, then a hard disconnect so that no reconnect timer keeps
+   * the process alive). A client you passed stays open.
    */
   async close(): Promise<void> {
-    if (!this.ownsClient) return
-    const client = this.client
-    if (client.status === 'ready') await withTimeout(client.quit(), 1000, this.name, 'quit').catch(() => undefined)
-    client.disconnect?.()
+    if (this.ownsClient) await this.client.close?.()
   }
 
   private head(namespace: string): string {
@@ -246,10 +244,11 @@ export class RedisStrategy implements Strategy {
     return rows
   }
 
-  // Sends every call at once (ioredis writes each as it comes, without waiting for replies; a
-  // cluster client routes each to its slot's master) and fills `rows` from the replies. An ioredis
-  // pipeline would save the syscall per call but costs more CPU than it saves (measured: 27 ms
-  // instead of 21 ms per sync of 1,000 keys), and auto-pipelining stalls on a lost reply.
+  // Sends every call at once (ioredis writes each as it comes, without waiting for replies,
+  // node-redis those of an iteration in one write; a cluster client routes each to its slot's
+  // master) and fills `rows` from the replies. An ioredis pipeline would save the syscall per
+  // call but costs more CPU than it saves (measured: 27 ms instead of 21 ms per sync of 1,000
+  // keys), and auto-pipelining stalls on a lost reply.
   private async runCalls(calls: readonly ScriptCall[], nodeId: string, seq: string, rows: CounterRow[]): Promise<void> {
     const pending: Promise<void>[] = []
     for (const call of calls) pending.push(this.runCall(call, nodeId, seq, rows))
@@ -328,16 +327,15 @@ export class RedisStrategy implements Strategy {
     return evalScript(this.client, script, keys.length, [...keys, ...args], (reply) => reply)
   }
 
-  private async masters(): Promise<RedisCommands[]> {
+  private async masters(): Promise<readonly RedisNodeAdapter[]> {
     const client = this.client
-    if (typeof client.nodes !== 'function') return [client]
-    let masters = client.nodes('master')
-    if (masters.length === 0) {
+    let masters = await client.scanNodes()
+    if (masters.length === 0 && client.cluster) {
       // a cluster client learns its masters on connecting: one round trip makes it connect
       const nonce = this.nonce()
       const reply = await this.run(RESET, [], [nonce])
       if (reply !== nonce) this.desync('cluster ping', reply)
-      masters = client.nodes('master')
+      masters = await client.scanNodes()
     }
     if (masters.length === 0) throw new StoreError('STORE_UNAVAILABLE', this.name, 'the cluster client knows no master node')
     return masters
@@ -347,7 +345,7 @@ export class RedisStrategy implements Strategy {
   // their commands (some were lost). Only a new connection fixes that, so reconnect the client;
   // the pushes are idempotent, so commands ioredis resends after reconnecting are harmless.
   private desync(what: string, reply: unknown): never {
-    this.client.disconnect?.(true)
+    this.client.reconnect?.()
     const shape = Array.isArray(reply)
       ? `an array of ${reply.length}`
       : typeof reply === 'string'

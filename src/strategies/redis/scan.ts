@@ -1,5 +1,5 @@
 import { namespacePattern, type ParsedName, parseWindowName } from './key-names.js'
-import type { RedisCommands } from './options.js'
+import type { RedisNodeAdapter } from './client-adapter.js'
 
 /** A key-window name SCAN found, and what it names. */
 export interface FoundName {
@@ -12,7 +12,7 @@ export interface FoundName {
  * given master. `desync` is called with a reply that is not a SCAN reply.
  */
 export async function* scanNamespace(
-  masters: readonly RedisCommands[],
+  masters: readonly RedisNodeAdapter[],
   head: string,
   scanCount: number,
   desync: (reply: unknown) => never,
@@ -22,7 +22,7 @@ export async function* scanNamespace(
   for (const node of masters) {
     let cursor = '0'
     do {
-      const reply = await node.scan(cursor, 'MATCH', pattern, 'COUNT', scanCount)
+      const reply = await node.scan(cursor, pattern, scanCount)
       if (!Array.isArray(reply) || typeof reply[0] !== 'string' || !Array.isArray(reply[1])) desync(reply)
       cursor = reply[0]
       const page: FoundName[] = []

@@ -6,7 +6,11 @@
 import { createHash } from 'node:crypto'
 import { StoreError } from '../../core/errors.js'
 import { ioTimers } from '../../core/io-timers.js'
+import { type RedisAdapter, redisAdapter } from './client-adapter.js'
 import { keySlot } from './key-slot.js'
+
+// the algorithms (src/algorithms) reach the clients through this module, as the store does
+export { type RedisAdapter, redisAdapter, type SupportedRedisClient } from './client-adapter.js'
 
 /** A Lua script with its SHA1, as EVALSHA wants it; computed once, when the module loads. */
 export interface LuaScript {
@@ -21,9 +25,10 @@ export function luaScript(source: string): LuaScript {
 }
 
 /**
- * The two commands a script needs; an ioredis `Redis` or `Cluster` has them. A `Cluster` also
- * has its slot map (`slots[slot][0]` is the master's address), which tells which node a call
- * goes to.
+ * The two commands a script needs, as ioredis (and iovalkey) has them: a `Redis` or `Cluster`
+ * fits. A `Cluster` also has its slot map (`slots[slot][0]` is the master's address), which
+ * tells which node a call goes to. {@link evalScript} takes such a client or any
+ * {@link RedisAdapter} (client-adapter.ts maps node-redis onto one).
  */
 export interface ScriptClient {
   evalsha(sha: string, numKeys: number, ...keysAndArgs: (string | number)[]): Promise<unknown>
@@ -36,20 +41,25 @@ function isNoScript(err: unknown): boolean {
   return err instanceof Error && err.message.startsWith('NOSCRIPT')
 }
 
-// The scripts each client has sent by EVAL (see evalScript): by SHA, or on a Cluster by node
-// address and SHA.
-const sentWhole = new WeakMap<ScriptClient, Set<string>>()
+// The scripts each adapter has sent by EVAL (see evalScript): by SHA, or on a Cluster by node
+// name and SHA.
+const sentWhole = new WeakMap<RedisAdapter, Set<string>>()
 
 /**
  * Where the call goes, as a name for `sentWhole`: the SHA alone for a single server; on a
- * Cluster the address of the master that owns the first key's slot with the SHA, or undefined
- * while the client does not know it yet (before its first slot map, or for a call with no keys).
+ * Cluster the master that owns the first key's slot (the client's slot map) with the SHA, or
+ * undefined while the client does not know it yet (before its first slot map, or for a call
+ * with no keys).
  */
-function destination(client: ScriptClient, sha: string, numKeys: number, first: string | number | undefined): string | undefined {
-  if (client.isCluster !== true) return sha
+function destination(adapter: RedisAdapter, sha: string, numKeys: number, first: string | number | undefined): string | undefined {
+  if (!adapter.cluster) return sha
   if (numKeys === 0 || first === undefined) return undefined
-  const node = client.slots?.[keySlot(String(first))]?.[0]
+  const node = adapter.masterOf?.(keySlot(String(first)))
   return node === undefined ? undefined : `${node} ${sha}`
+}
+
+function asAdapter(client: ScriptClient | RedisAdapter): RedisAdapter {
+  return typeof (client as RedisAdapter).callEvalSha === 'function' ? (client as RedisAdapter) : redisAdapter(client as ScriptClient)
 }
 
 /**
@@ -68,26 +78,27 @@ function destination(client: ScriptClient, sha: string, numKeys: number, first: 
  * order among themselves.
  */
 export function evalScript<T>(
-  client: ScriptClient,
+  client: ScriptClient | RedisAdapter,
   script: LuaScript,
   numKeys: number,
   keysAndArgs: readonly (string | number)[],
   read: (reply: unknown) => T,
   fail: (err: unknown) => T = rethrow,
 ): Promise<T> {
-  let sent = sentWhole.get(client)
+  const adapter = asAdapter(client)
+  let sent = sentWhole.get(adapter)
   if (sent === undefined) {
     sent = new Set()
-    sentWhole.set(client, sent)
+    sentWhole.set(adapter, sent)
   }
-  const where = destination(client, script.sha, numKeys, keysAndArgs[0])
+  const where = destination(adapter, script.sha, numKeys, keysAndArgs[0])
   if (where === undefined || !sent.has(where)) {
     if (where !== undefined) sent.add(where)
-    return client.eval(script.source, numKeys, ...keysAndArgs).then(read, fail)
+    return adapter.callEval(script.source, numKeys, keysAndArgs).then(read, fail)
   }
-  return client.evalsha(script.sha, numKeys, ...keysAndArgs).then(read, (err: unknown) => {
+  return adapter.callEvalSha(script.sha, numKeys, keysAndArgs).then(read, (err: unknown) => {
     if (!isNoScript(err)) return fail(err)
-    return client.eval(script.source, numKeys, ...keysAndArgs).then(read, fail)
+    return adapter.callEval(script.source, numKeys, keysAndArgs).then(read, fail)
   })
 }
 
@@ -95,39 +106,23 @@ function rethrow(err: unknown): never {
   throw err
 }
 
+// An error reply's message starts with its kind in capitals ("ERR", "WRONGTYPE", "NOSCRIPT",
+// "CROSSSLOT"; the RESP protocol spec, "Simple errors"), as node-redis passes it on; its own
+// connection errors ("The client is closed", "Socket closed unexpectedly") and Node's
+// ("connect ECONNREFUSED …") do not.
+const ERROR_REPLY = /^[A-Z][A-Z0-9_]+(?: |$)/
+
 /**
- * What the driver threw, as a {@link StoreError}: a `ReplyError` (the server refused the command)
- * or an argument the store cannot hold is `STORE_ERROR`; anything else is the connection,
- * `STORE_UNAVAILABLE`. A StoreError (a timeout, a lost reply) stays as it is.
+ * What the driver threw, as a {@link StoreError}: an error reply (the server refused the
+ * command: ioredis's `ReplyError`, node-redis's error replies) or an argument the store cannot
+ * hold is `STORE_ERROR`; anything else is the connection, `STORE_UNAVAILABLE`. A StoreError (a
+ * timeout, a lost reply) stays as it is.
  */
 export function redisError(err: unknown, strategy = 'redis'): StoreError {
   if (err instanceof StoreError) return err
   const error = err instanceof Error ? err : undefined
-  const refused = error?.name === 'ReplyError' || err instanceof RangeError
+  const refused = error?.name === 'ReplyError' || err instanceof RangeError || (error !== undefined && ERROR_REPLY.test(error.message))
   return new StoreError(refused ? 'STORE_ERROR' : 'STORE_UNAVAILABLE', strategy, error?.message ?? String(err), { cause: err })
-}
-
-interface Corkable {
-  cork(): void
-  uncork(): void
-}
-
-type Connection = { status?: string; stream?: Partial<Corkable> }
-
-/**
- * The sockets of a client that are ready to write: a single-server client's own, or each
- * master's of a cluster client (its commands go out on those). The strategy and the service's
- * algorithms cork them while many calls are in flight.
- */
-function corkable(client: object): Corkable[] {
-  const cluster = client as { nodes?: (role: string) => unknown[] }
-  const connections = (typeof cluster.nodes === 'function' ? cluster.nodes('master') : [client]) as Connection[]
-  const out: Corkable[] = []
-  for (const c of connections) {
-    const stream = c.stream
-    if (c.status === 'ready' && typeof stream?.cork === 'function' && typeof stream.uncork === 'function') out.push(stream as Corkable)
-  }
-  return out
 }
 
 // Calls held at most, per socket held: a held batch leaves once it has this many, and the rest of
@@ -149,9 +144,9 @@ const MAX_HELD = 16
  * sooner (a second call does nothing), with the number of sockets held, or undefined (holding
  * nothing) when no socket is ready.
  */
-export function holdWrites(client: object, released: () => void): { release: () => void; sockets: number } | undefined {
-  const streams = corkable(client)
-  if (streams.length === 0) return undefined
+export function holdWrites(client: RedisAdapter, released: () => void): { release: () => void; sockets: number } | undefined {
+  const streams = client.sockets?.()
+  if (streams === undefined || streams.length === 0) return undefined
   for (const stream of streams) stream.cork()
   let held = true
   const release = (): void => {
@@ -173,12 +168,12 @@ export function holdWrites(client: object, released: () => void): { release: () 
  * socket held (a cluster client's calls spread over its masters' sockets).
  */
 export class WriteHold {
-  private readonly client: object
+  private readonly client: RedisAdapter
   private release: (() => void) | undefined
   private held = 0
   private limit = MAX_HELD
 
-  constructor(client: object) {
+  constructor(client: RedisAdapter) {
     this.client = client
   }
 
