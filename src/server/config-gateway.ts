@@ -13,6 +13,19 @@ export interface GrpcConfig {
   readonly port: number
   /** HTTP/2 streams one connection may have open at once. */
   readonly maxConcurrentStreams: number
+  /** Open connections at most; one more is sent GOAWAY and closed. A reload applies to new connections. */
+  readonly maxConnections: number
+  /**
+   * A connection with no call in progress for this long is closed (GOAWAY, then closed 1 s later
+   * at the latest), whether it never sent the HTTP/2 preface or sent no call since its last one.
+   */
+  readonly idleTimeoutMs: number
+  /**
+   * Streams a client may reset (RST_STREAM) on one connection before they were answered; past it,
+   * while they are more than half of the connection's streams, the connection gets GOAWAY
+   * ENHANCE_YOUR_CALM and is closed (HTTP/2 rapid reset).
+   */
+  readonly maxStreamResets: number
 }
 
 /** What `response_headers_to_add` carries: nothing, the reference's `x-ratelimit-*`, or a draft RateLimit family. */
@@ -31,6 +44,11 @@ export interface EnvoyConfig {
   readonly nearLimitRatio: number
   /** Descriptors one request may carry; more is an invalid request. */
   readonly maxDescriptors: number
+  /**
+   * The longest key or value of a descriptor entry, UTF-16 code units; longer is an invalid
+   * request. The default, 65,536, is above Envoy's own header limit (60 KiB by default).
+   */
+  readonly maxValueLength: number
 }
 
 /** Which entry of a comma-separated key header is the key: `last` is the one the proxy in front of the service added. */
@@ -98,6 +116,9 @@ export function gatewayOf(
             host: (grpc.host as string | undefined) ?? '127.0.0.1',
             port: (grpc.port as number | undefined) ?? 8081,
             maxConcurrentStreams: (grpc['max-concurrent-streams'] as number | undefined) ?? 1000,
+            maxConnections: (grpc['max-connections'] as number | undefined) ?? 10_000,
+            idleTimeoutMs: (grpc['idle-timeout-ms'] as number | undefined) ?? 30_000,
+            maxStreamResets: (grpc['max-stream-resets'] as number | undefined) ?? 100,
           },
     envoy: {
       domains: domains === undefined ? undefined : isAbsolute(domains) ? domains : resolve(base, domains),
@@ -106,6 +127,7 @@ export function gatewayOf(
       responseHeaders: (envoy['response-headers'] as EnvoyHeaderMode | undefined) ?? 'off',
       nearLimitRatio: (envoy['near-limit-ratio'] as number | undefined) ?? 0.8,
       maxDescriptors: (envoy['max-descriptors'] as number | undefined) ?? 64,
+      maxValueLength: (envoy['max-value-length'] as number | undefined) ?? 65_536,
     },
     forwardAuth: {
       keyHeader: ((forwardAuth['key-header'] as string | undefined) ?? 'x-real-ip').toLowerCase(),

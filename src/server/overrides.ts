@@ -1,5 +1,5 @@
-import { Gauge, type Registry } from 'prom-client'
-import type { OverrideBackend, OverrideSnapshot } from './overrides-store.js'
+import { Counter, Gauge, type Registry } from 'prom-client'
+import type { OverrideBackend, OverrideWrite } from './overrides-store.js'
 import type { Policy, Runtime } from './runtime.js'
 
 // Per-user limits in the service: the config's `overrides` of each policy, and the runtime
@@ -25,19 +25,47 @@ export interface OverrideEntry {
   readonly configMaxRequests?: number
 }
 
+/** How the refreshes went, since this store's overrides were opened. */
+export interface RefreshCounts {
+  /** Refreshes that found the version where it was. */
+  unchanged: number
+  /** Refreshes that read only the overrides changed since (the change log). */
+  changes: number
+  /** Refreshes that read every override (the first, and when the log could not answer). */
+  full: number
+  /** Overrides read by the refreshes of changes. */
+  changedRead: number
+  /** Overrides read by the full refreshes. */
+  fullRead: number
+}
+
+/** A write of ours made while a read was under way: the read may predate it. */
+interface OwnWrite {
+  readonly version: number
+  readonly policy: string
+  readonly userId: string
+  /** undefined: removed. */
+  readonly maxRequests: number | undefined
+}
+
 /**
  * The runtime overrides of one store, shared by the runtimes of every config that uses that
- * store (a reload that keeps the store keeps them and their poll): the last version read, and
- * a poll that reads the version every `overrides-refresh` seconds and loads the whole set only
- * when it moved. When the store fails, decisions keep the last overrides read.
+ * store (a reload that keeps the store keeps them and their poll): the version they were read
+ * at, and a poll every `overrides-refresh` seconds that asks the store what changed since then
+ * and applies only that (the whole set at the first read, and when the store's change log
+ * cannot answer). When the store fails, decisions keep the last overrides read.
  */
 export class RuntimeOverrides {
   /** Moves whenever the overrides in force change: a policy re-reads its map when it did. */
   generation = 0
+  /** What the refreshes read (ratelimiting_overrides_refreshes_total and _read_total). */
+  readonly counts: RefreshCounts = { unchanged: 0, changes: 0, full: 0, changedRead: 0, fullRead: 0 }
   private byPolicy = new Map<string, Map<string, number>>()
+  // the store's version the overrides here reflect, and the stamp of its write (its log entry)
   private known = -1
-  // local writes so far: a load that started before one must not undo it
-  private writes = 0
+  private knownStamp = ''
+  // our writes made while a read is under way (undefined between reads)
+  private ownWrites: OwnWrite[] | undefined
   private refreshing: Promise<void> | undefined
   private timer: NodeJS.Timeout | undefined
   private everyMs = 0
@@ -70,7 +98,7 @@ export class RuntimeOverrides {
     return this.byPolicy.get(policy)
   }
 
-  /** Reads the version, and every override when it moved; one read at a time. Rejects with a StoreError. */
+  /** Reads what changed in the store since the last read (everything the first time); one read at a time. Rejects with a StoreError. */
   refresh(): Promise<void> {
     if (this.backend === undefined || this.closed) return Promise.resolve()
     this.refreshing ??= this.reread(this.backend).finally(() => (this.refreshing = undefined))
@@ -79,21 +107,14 @@ export class RuntimeOverrides {
 
   /** Sets an override in the store, then here at once (other instances see it at their next poll). */
   async set(policy: string, userId: string, maxRequests: number): Promise<void> {
-    const version = await (this.backend as OverrideBackend).set({ policy, userId, maxRequests })
-    this.writes++
-    let map = this.byPolicy.get(policy)
-    if (map === undefined) this.byPolicy.set(policy, (map = new Map()))
-    map.set(userId, maxRequests)
-    this.changed(version)
+    this.wrote(await (this.backend as OverrideBackend).set({ policy, userId, maxRequests }), policy, userId, maxRequests)
   }
 
   /** Removes an override from the store, then here; false when the store had none. */
   async remove(policy: string, userId: string): Promise<boolean> {
-    const version = await (this.backend as OverrideBackend).remove(policy, userId)
-    if (version === undefined) return false
-    this.writes++
-    this.byPolicy.get(policy)?.delete(userId)
-    this.changed(version)
+    const write = await (this.backend as OverrideBackend).remove(policy, userId)
+    if (write === undefined) return false
+    this.wrote(write, policy, userId, undefined)
     return true
   }
 
@@ -105,30 +126,77 @@ export class RuntimeOverrides {
   }
 
   private async reread(backend: OverrideBackend): Promise<void> {
-    const writes = this.writes
-    const version = await backend.version()
-    if (version === this.known) return
-    const snapshot = await backend.load()
-    // a write of ours landed meanwhile: this snapshot may predate it; the next poll reads again
-    if (this.closed || writes !== this.writes) return
-    this.apply(snapshot)
+    const own: OwnWrite[] = (this.ownWrites = [])
+    try {
+      const from = this.known
+      if (backend.changesSince !== undefined && from >= 0) {
+        const since = await backend.changesSince(from, this.knownStamp)
+        if (this.closed) return
+        if (since.changes !== undefined) {
+          if (since.version === from) this.counts.unchanged++
+          else {
+            this.counts.changes++
+            this.counts.changedRead += since.changes.length
+          }
+          // our own writes may have taken us to that version or past it meanwhile (see wrote)
+          if (since.version <= this.known) return
+          for (const { policy, userId, maxRequests } of since.changes) this.put(policy, userId, maxRequests)
+          this.known = since.version
+          this.knownStamp = since.stamp
+          this.settle(own, since.version)
+          return
+        }
+      } else if (this.known >= 0 && (await backend.version()) === this.known) {
+        this.counts.unchanged++
+        return
+      }
+      const snapshot = await backend.load()
+      if (this.closed) return
+      this.counts.full++
+      this.counts.fullRead += snapshot.entries.length
+      const byPolicy = new Map<string, Map<string, number>>()
+      for (const { policy, userId, maxRequests } of snapshot.entries) {
+        let map = byPolicy.get(policy)
+        if (map === undefined) byPolicy.set(policy, (map = new Map()))
+        map.set(userId, maxRequests)
+      }
+      this.byPolicy = byPolicy
+      this.known = snapshot.version
+      this.knownStamp = snapshot.stamp
+      this.settle(own, snapshot.version)
+    } finally {
+      this.ownWrites = undefined
+    }
   }
 
-  private apply(snapshot: OverrideSnapshot): void {
-    const byPolicy = new Map<string, Map<string, number>>()
-    for (const { policy, userId, maxRequests } of snapshot.entries) {
-      let map = byPolicy.get(policy)
-      if (map === undefined) byPolicy.set(policy, (map = new Map()))
-      map.set(userId, maxRequests)
-    }
-    this.byPolicy = byPolicy
-    this.known = snapshot.version
+  // After a read at `version`: our writes made meanwhile that came after it apply again (the
+  // read predates them; the next read, from `version`, reads them back from the store).
+  private settle(own: readonly OwnWrite[], version: number): void {
+    for (const w of own) if (w.version > version) this.put(w.policy, w.userId, w.maxRequests)
     this.generation++
   }
 
-  // Our write made `version`: when it follows the one we know, nothing else was missed.
-  private changed(version: number): void {
-    if (version === this.known + 1) this.known = version
+  private put(policy: string, userId: string, maxRequests: number | undefined): void {
+    let map = this.byPolicy.get(policy)
+    if (maxRequests === undefined) {
+      map?.delete(userId)
+      return
+    }
+    if (map === undefined) this.byPolicy.set(policy, (map = new Map()))
+    map.set(userId, maxRequests)
+  }
+
+  // Our write made `write.version`. Applied here unless what we hold was read at that version or
+  // later (it holds this write, or a later one of the same override). When it follows the version
+  // we hold, we now hold that version: nothing else was missed.
+  private wrote(write: OverrideWrite, policy: string, userId: string, maxRequests: number | undefined): void {
+    if (write.version <= this.known) return
+    this.ownWrites?.push({ version: write.version, policy, userId, maxRequests })
+    this.put(policy, userId, maxRequests)
+    if (write.version === this.known + 1) {
+      this.known = write.version
+      this.knownStamp = write.stamp
+    }
     this.generation++
   }
 }
@@ -204,7 +272,12 @@ export function withOverride(policy: Policy, userId: string): Policy {
   return policy.overrides.resolve(userId)
 }
 
-/** Registers `ratelimiting_overrides{policy,source}`: the overrides in force in the running config. */
+/**
+ * Registers `ratelimiting_overrides{policy,source}`: the overrides in force in the running config;
+ * and what the runtime overrides' refreshes read, `ratelimiting_overrides_refreshes_total{result}`
+ * and `ratelimiting_overrides_read_total{refresh}` (counted since the store's overrides were
+ * opened: they restart at a reload that changes the store).
+ */
 export function registerOverridesGauge(registry: Registry, current: () => Runtime | undefined): void {
   new Gauge({
     name: 'ratelimiting_overrides',
@@ -220,6 +293,33 @@ export function registerOverridesGauge(registry: Registry, current: () => Runtim
         this.set({ policy: p.name, source: 'config' }, counts.config)
         this.set({ policy: p.name, source: 'runtime' }, counts.runtime)
       }
+    },
+  })
+  new Counter({
+    name: 'ratelimiting_overrides_refreshes_total',
+    help: 'Refreshes of the runtime overrides from the store, by result: unchanged (the version had not moved), changes (only the overrides changed since were read), full (every override was read).',
+    labelNames: ['result'],
+    registers: [registry],
+    collect() {
+      this.reset()
+      const counts = current()?.overrides.counts
+      if (counts === undefined) return
+      this.inc({ result: 'unchanged' }, counts.unchanged)
+      this.inc({ result: 'changes' }, counts.changes)
+      this.inc({ result: 'full' }, counts.full)
+    },
+  })
+  new Counter({
+    name: 'ratelimiting_overrides_read_total',
+    help: 'Runtime overrides read from the store by the refreshes, by refresh: changes or full.',
+    labelNames: ['refresh'],
+    registers: [registry],
+    collect() {
+      this.reset()
+      const counts = current()?.overrides.counts
+      if (counts === undefined) return
+      this.inc({ refresh: 'changes' }, counts.changedRead)
+      this.inc({ refresh: 'full' }, counts.fullRead)
     },
   })
 }

@@ -45,11 +45,19 @@ describe('service config: gateway keys', () => {
       host: '127.0.0.1',
       port: 8081,
       maxConcurrentStreams: 1000,
+      maxConnections: 10_000,
+      idleTimeoutMs: 30_000,
+      maxStreamResets: 100,
     })
+    assert.deepEqual(
+      parseConfig(`${memory}grpc: { max-connections: 50, idle-timeout-ms: 300, max-stream-resets: 20 }\n`, 'rl.yaml').gateway.grpc,
+      { host: '127.0.0.1', port: 8081, maxConcurrentStreams: 1000, maxConnections: 50, idleTimeoutMs: 300, maxStreamResets: 20 },
+    )
     assert.throws(
       () => parseConfig(`${memory}grpc: { prot: 1 }\n`, 'rl.yaml'),
-      /grpc\.prot: unknown key; expected one of host, port, max-concurrent-streams/,
+      /grpc\.prot: unknown key; expected one of host, port, max-concurrent-streams, max-connections, idle-timeout-ms, max-stream-resets/,
     )
+    assert.throws(() => parseConfig(`${memory}grpc: { idle-timeout-ms: 10 }\n`, 'rl.yaml'), /grpc\.idle-timeout-ms/)
   })
 
   it('envoy: domain paths are relative to the config file; rules default to the fixed window, the counter on postgres and memcached', () => {

@@ -1,15 +1,9 @@
 import { createHash } from 'node:crypto'
 import type { DomainEntry, DomainMatch, DomainRule } from './domains.js'
+import { WildcardSet } from './wildcards.js'
 
 // The lookup half of the envoyproxy/ratelimit domain config: the descriptor tree that
 // domains.ts builds and GetLimit over it (the reference's src/config/config_impl.go).
-
-/** One `*` pattern of a level, split on `*` once at load. */
-interface Wildcard {
-  /** The child's composite key (`key_value`), which is also its key in `children`. */
-  readonly key: string
-  readonly parts: readonly string[]
-}
 
 /**
  * One descriptor of the tree (or a domain's root). Built by domains.ts, then only read.
@@ -18,8 +12,11 @@ interface Wildcard {
 export interface DescriptorNode {
   /** The children by composite key: `key_value`, or `key` for a descriptor without a value. */
   readonly children: Map<string, DescriptorNode>
-  /** The children whose composite key holds a `*`, in config order (the first match wins). */
-  readonly wildcards: Wildcard[]
+  /**
+   * The composite keys of the children that hold a `*` (each also a key in `children`), in
+   * config order: the first match wins (wildcards.ts matches them in one pass over the value).
+   */
+  readonly wildcards: WildcardSet
   readonly rule: DomainRule | undefined
   readonly valueToMetric: boolean
   readonly shareThreshold: boolean
@@ -33,7 +30,7 @@ export function createNode(
   rule: DomainRule | undefined,
   flags: { valueToMetric: boolean; shareThreshold: boolean },
 ): DescriptorNode {
-  return { children: new Map(), wildcards: [], rule, compositeKey, ...flags }
+  return { children: new Map(), wildcards: new WildcardSet(), rule, compositeKey, ...flags }
 }
 
 /** Links `child` under `parent`; the caller has checked that its composite key is new there. @internal */
@@ -41,29 +38,7 @@ export function addChild(parent: DescriptorNode, child: DescriptorNode): void {
   parent.children.set(child.compositeKey, child)
   // a key-only descriptor with a `*` in its key is a pattern too: the reference matches
   // patterns against the request's whole `key_value`
-  if (child.compositeKey.includes('*')) parent.wildcards.push({ key: child.compositeKey, parts: child.compositeKey.split('*') })
-}
-
-/**
- * Whether `value` matches a pattern split on `*`: each `*` stands for zero or more characters,
- * the fixed parts in order and without overlap (the reference's `wildcardMatch`).
- */
-function wildcardMatch(parts: readonly string[], value: string): boolean {
-  const first = parts[0] ?? ''
-  if (parts.length === 1) return first === value
-  const last = parts[parts.length - 1] ?? ''
-  if (!value.startsWith(first) || !value.endsWith(last)) return false
-  let fixed = 0
-  for (const p of parts) fixed += p.length
-  if (value.length < fixed) return false
-  let rest = value.slice(first.length, value.length - last.length)
-  for (let i = 1; i < parts.length - 1; i++) {
-    const part = parts[i] ?? ''
-    const at = rest.indexOf(part)
-    if (at < 0) return false
-    rest = rest.slice(at + part.length)
-  }
-  return true
+  if (child.compositeKey.includes('*')) parent.wildcards.add(child.compositeKey)
 }
 
 const NEEDS_ESCAPE = /[%|\uD800-\uDFFF]/
@@ -130,13 +105,11 @@ export function matchTree(domain: string, root: DescriptorNode, entries: readonl
     const composite = `${entry.key}_${entry.value}`
     let next = level.children.get(composite)
     let how: Via = 'value'
-    if (next === undefined) {
-      for (const w of level.wildcards) {
-        if (wildcardMatch(w.parts, composite)) {
-          next = level.children.get(w.key)
-          how = 'wildcard'
-          break
-        }
+    if (next === undefined && level.wildcards.size > 0) {
+      const i = level.wildcards.firstMatch(composite)
+      if (i >= 0) {
+        next = level.children.get(level.wildcards.pattern(i))
+        how = 'wildcard'
       }
     }
     if (next === undefined) {

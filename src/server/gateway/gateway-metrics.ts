@@ -32,11 +32,17 @@ class LatencyTally extends LatencyHistogram {
 
 type Sample = MetricValue
 
+/** Why the gRPC listener closed a connection of its own accord. */
+export type GrpcCloseReason = 'idle' | 'resets'
+
 /** The Envoy protocol's metrics, registered in the service's registry. */
 export class GatewayMetrics {
   private readonly rules = new Map<string, RuleTally>()
   private readonly latencies = new Map<string, LatencyTally>()
   private readonly globalShadows = new Map<string, number>()
+  private grpcRefused = 0
+  private readonly grpcClosed: Record<GrpcCloseReason, number> = { idle: 0, resets: 0 }
+  private grpcOpen: () => number = () => 0
 
   constructor(registry: Registry) {
     this.register(
@@ -71,6 +77,42 @@ export class GatewayMetrics {
         return out
       },
     )
+    this.register(
+      registry,
+      'ratelimiting_grpc_connections_refused_total',
+      'counter',
+      'gRPC connections sent GOAWAY and closed at once because grpc.max-connections were open.',
+      () => [{ labels: {}, value: this.grpcRefused }],
+    )
+    this.register(
+      registry,
+      'ratelimiting_grpc_open_connections',
+      'gauge',
+      'gRPC connections open now (grpc.max-connections caps them).',
+      () => [{ labels: {}, value: this.grpcOpen() }],
+    )
+    this.register(
+      registry,
+      'ratelimiting_grpc_connections_closed_total',
+      'counter',
+      'gRPC connections the service closed, by reason: idle (grpc.idle-timeout-ms without a call), resets (grpc.max-stream-resets).',
+      () => (['idle', 'resets'] as const).map((reason) => ({ labels: { reason }, value: this.grpcClosed[reason] })),
+    )
+  }
+
+  /** Counts a gRPC connection refused by `grpc.max-connections`. */
+  grpcConnectionRefused(): void {
+    this.grpcRefused++
+  }
+
+  /** Counts a gRPC connection the listener closed: idle too long, or too many streams reset. */
+  grpcConnectionClosed(reason: GrpcCloseReason): void {
+    this.grpcClosed[reason]++
+  }
+
+  /** Where `ratelimiting_grpc_open_connections` reads the open gRPC connections. */
+  watchGrpcConnections(open: () => number): void {
+    this.grpcOpen = open
   }
 
   /** The shadow denials of rules, as samples of `ratelimiting_shadow_denials_total`. */
@@ -155,7 +197,7 @@ export class GatewayMetrics {
     return t
   }
 
-  private register(registry: Registry, name: string, type: 'counter' | 'histogram', help: string, values: () => Sample[]): void {
+  private register(registry: Registry, name: string, type: 'counter' | 'gauge' | 'histogram', help: string, values: () => Sample[]): void {
     const metric = { name, help, type, get: async () => ({ name, help, type, values: values(), aggregator: 'sum' }) }
     registry.registerMetric(metric as unknown as Metric)
   }

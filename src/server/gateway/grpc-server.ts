@@ -11,6 +11,8 @@ import { StoreStartError } from '../stores.js'
 import type { RateLimitUnit } from './domains.js'
 import { type EnvoyDescriptor, type EnvoyRequest, EnvoyRequestError, type EnvoyResponse } from './envoy-decide.js'
 import type { GatewayMetrics } from './gateway-metrics.js'
+import { type GrpcConnectionLimits, listenGrpc } from './grpc-connections.js'
+import { scanDescriptors } from './rls-scan.js'
 
 // The gRPC listener: Envoy's envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit from
 // Envoy's own .proto files (proto/, Apache-2.0) and grpc.health.v1.Health (grpc-health-check).
@@ -32,6 +34,13 @@ export interface GrpcListenerOptions {
   readonly decide: (request: EnvoyRequest) => Promise<EnvoyResponse>
   readonly metrics: GatewayMetrics
   readonly logger: Logger
+  /**
+   * `grpc.max-connections`, `idle-timeout-ms` and `max-stream-resets` in force, read at each
+   * connection, idle check and reset (a reload applies). @default the config's
+   */
+  readonly limits?: () => GrpcConnectionLimits
+  /** `envoy.max-descriptors` in force, read at each request: more are refused before decoding. */
+  readonly maxDescriptors: () => number
   /** Override the config's host / port (tests, port 0). */
   readonly host?: string
   readonly port?: number
@@ -133,6 +142,10 @@ export function toWire(r: EnvoyResponse): Record<string, unknown> {
   }
 }
 
+// A request refused while decoding: what the handler answers instead of deciding.
+const REFUSED = Symbol('refused')
+type Decoded = WireRequest & { [REFUSED]?: string }
+
 /** Starts the gRPC listener. Throws a StoreStartError when a gRPC package is missing or the port is taken. */
 export async function startGrpcListener(options: GrpcListenerOptions): Promise<GrpcListener> {
   const grpc = (await load('@grpc/grpc-js')) as unknown as typeof Grpc
@@ -149,68 +162,100 @@ export async function startGrpcListener(options: GrpcListenerOptions): Promise<G
   const rls = grpc.loadPackageDefinition(definition) as unknown as {
     envoy: { service: { ratelimit: { v3: { RateLimitService: { service: Grpc.ServiceDefinition } } } } }
   }
-  const { metrics, logger } = options
+  const { metrics, logger, maxDescriptors } = options
   const server = new grpc.Server({ 'grpc.max_concurrent_streams': options.config.maxConcurrentStreams })
   const healthImpl = new health.HealthImplementation({ '': 'SERVING', [RLS_SERVICE]: 'SERVING' })
   healthImpl.addToServer(server)
   let inflight = 0
   let drained: (() => void) | undefined
   const method = 'ShouldRateLimit'
-  server.addService(rls.envoy.service.ratelimit.v3.RateLimitService.service, {
-    ShouldRateLimit(call: Grpc.ServerUnaryCall<WireRequest, unknown>, callback: Grpc.sendUnaryData<unknown>) {
-      const started = performance.now()
-      inflight++
-      const finish = (code: Grpc.status, err: Grpc.ServiceError | null, value?: unknown) => {
-        metrics.grpcCall(method, grpc.status[code] ?? String(code), (performance.now() - started) / 1000)
-        callback(err, value)
-        if (--inflight === 0) drained?.()
-      }
-      let request: EnvoyRequest
-      try {
-        request = fromWire(call.request)
-      } catch (err) {
-        finish(grpc.status.INVALID_ARGUMENT, {
-          name: 'Error',
-          message: (err as Error).message,
-          code: grpc.status.INVALID_ARGUMENT,
-        } as Grpc.ServiceError)
-        return
-      }
-      options.decide(request).then(
-        (r) => finish(grpc.status.OK, null, toWire(r)),
-        (err: unknown) => {
-          const code =
-            err instanceof EnvoyRequestError
-              ? grpc.status.INVALID_ARGUMENT
-              : err instanceof StoreError
-                ? grpc.status.UNAVAILABLE
-                : grpc.status.INTERNAL
-          if (code === grpc.status.INTERNAL) logger.error({ err }, 'ShouldRateLimit failed')
-          const message = code === grpc.status.INTERNAL ? 'the decision failed; see the service log' : (err as Error).message
-          finish(code, { name: 'Error', message, code } as Grpc.ServiceError)
+  const service = rls.envoy.service.ratelimit.v3.RateLimitService.service
+  const shouldRateLimit = service.ShouldRateLimit as Grpc.MethodDefinition<WireRequest, unknown>
+  const decode = shouldRateLimit.requestDeserialize
+  server.addService(
+    {
+      ...service,
+      ShouldRateLimit: {
+        ...shouldRateLimit,
+        // envoy.max-descriptors before decoding: a message of 140,000 descriptors is refused for
+        // the cost of walking its fields, not of decoding them all (validate() says the same after)
+        requestDeserialize(bytes: Buffer): Decoded {
+          const max = maxDescriptors()
+          const scan = scanDescriptors(bytes)
+          if (scan.count <= max) return decode(bytes)
+          // malformed past the maximum: refused as any undecodable message is (INTERNAL), undecoded
+          if (!scan.complete) throw new Error('malformed RateLimitRequest')
+          return { [REFUSED]: `at most ${max} descriptors per request (envoy.max-descriptors), got ${scan.count}` }
         },
-      )
+      },
     },
-  })
-  const host = options.host ?? options.config.host
-  const address = `${host.includes(':') ? `[${host}]` : host}:${options.port ?? options.config.port}`
-  const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (err, bound) =>
-      err === null
-        ? resolve(bound)
-        : reject(new StoreStartError(`the gRPC listener cannot listen on ${address}: ${err.message}`, { cause: err })),
-    ),
+    {
+      ShouldRateLimit(call: Grpc.ServerUnaryCall<Decoded, unknown>, callback: Grpc.sendUnaryData<unknown>) {
+        const started = performance.now()
+        inflight++
+        const finish = (code: Grpc.status, err: Grpc.ServiceError | null, value?: unknown) => {
+          metrics.grpcCall(method, grpc.status[code] ?? String(code), (performance.now() - started) / 1000)
+          callback(err, value)
+          if (--inflight === 0) drained?.()
+        }
+        const invalid = (message: string) =>
+          finish(grpc.status.INVALID_ARGUMENT, { name: 'Error', message, code: grpc.status.INVALID_ARGUMENT } as Grpc.ServiceError)
+        const refused = call.request[REFUSED]
+        if (refused !== undefined) {
+          invalid(refused)
+          return
+        }
+        let request: EnvoyRequest
+        try {
+          request = fromWire(call.request)
+        } catch (err) {
+          invalid((err as Error).message)
+          return
+        }
+        options.decide(request).then(
+          (r) => finish(grpc.status.OK, null, toWire(r)),
+          (err: unknown) => {
+            const code =
+              err instanceof EnvoyRequestError
+                ? grpc.status.INVALID_ARGUMENT
+                : err instanceof StoreError
+                  ? grpc.status.UNAVAILABLE
+                  : grpc.status.INTERNAL
+            if (code === grpc.status.INTERNAL) logger.error({ err }, 'ShouldRateLimit failed')
+            const message = code === grpc.status.INTERNAL ? 'the decision failed; see the service log' : (err as Error).message
+            finish(code, { name: 'Error', message, code } as Grpc.ServiceError)
+          },
+        )
+      },
+    },
   )
+  const host = options.host ?? options.config.host
+  const config = options.config
+  const connections = await listenGrpc({
+    host,
+    port: options.port ?? config.port,
+    limits: options.limits ?? (() => config),
+    server,
+    credentials: grpc.ServerCredentials.createInsecure(),
+    metrics,
+    logger,
+  })
+  metrics.watchGrpcConnections(connections.open)
   return {
     host,
-    port,
+    port: connections.port,
     async close(timeoutMs: number) {
       healthImpl.setStatus('', 'NOT_SERVING')
       healthImpl.setStatus(RLS_SERVICE, 'NOT_SERVING')
       const stopped = new Promise<void>((resolve) => server.tryShutdown(() => resolve()))
-      const timer = setTimeout(() => server.forceShutdown(), timeoutMs)
+      // no new connections; idle ones closed now, the others once their last call ends
+      connections.drain()
+      const timer = setTimeout(() => {
+        server.forceShutdown()
+        connections.destroyAll()
+      }, timeoutMs)
       timer.unref()
-      await stopped
+      await Promise.all([stopped, connections.closed()])
       clearTimeout(timer)
       if (inflight > 0) await new Promise<void>((resolve) => (drained = resolve))
     },
