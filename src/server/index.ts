@@ -28,9 +28,11 @@ export {
   parseConfig,
 } from './config.js'
 export { ALGORITHMS, CONFIG_SCHEMA, STORE_TYPES } from './config-schema.js'
+export type { InForce } from './config-document.js'
 export { CounterAlgorithm, CounterEngine, type CounterEngineOptions } from './counter-algorithm.js'
 export { createRequestHandler, type HandlerContext, MAX_COST } from './http.js'
 export { createLogger } from './logger.js'
 export { type Outcome, ServiceMetrics } from './metrics.js'
+export type { ReloadAttempt } from './routes/config.js'
 export { type RunningService, type ServiceOptions, startService } from './service.js'
 export { StoreStartError } from './stores.js'

@@ -6,6 +6,7 @@ import type { Logger } from 'pino'
 import type { Clock } from '../core/clock.js'
 import { TokenAuth } from './auth.js'
 import { type ConfigEnv, ConfigFileError, defaultConfig, type LogLevel, parseConfig, type ServiceConfig } from './config.js'
+import type { InForce } from './config-document.js'
 import { type ConfigWatcher, watchConfigFile } from './config-watch.js'
 import { applyServerLimits, CONNECTIONS_CHECKING_INTERVAL_MS, guardConnections } from './connections.js'
 import { createEnvoyDecider, loadServiceDomains, watchDomains } from './gateway/envoy-service.js'
@@ -13,8 +14,10 @@ import { type GrpcListener, startGrpcListener } from './gateway/grpc-server.js'
 import { createRequestHandler } from './http.js'
 import { createLogger } from './logger.js'
 import { ServiceMetrics } from './metrics.js'
+import type { ReloadAttempt } from './routes/config.js'
 import { Runtime } from './runtime.js'
 import { ShadowLog } from './shadow-log.js'
+import { attachTopKeys, TopKeys } from './top-keys.js'
 
 /** Options of {@link startService}. */
 export interface ServiceOptions {
@@ -67,6 +70,8 @@ export interface RunningService {
    * false when the new config was invalid (it is logged; the running config stays).
    */
   reload(trigger?: string): Promise<boolean>
+  /** The last reload attempt (what `GET /v1/config` shows); undefined before the first. */
+  lastReload(): ReloadAttempt | undefined
   /**
    * Graceful stop: stops accepting connections, lets in-flight requests finish (up to
    * `server.shutdown-timeout-ms`), flushes unsynced counts and closes the store. Rejects when
@@ -107,6 +112,8 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
   const metrics = new ServiceMetrics(() => current, {
     defaultMetrics: options.defaultMetrics ?? true,
   })
+  // who is being limited (GET /v1/top): the decision paths find it through their metrics
+  attachTopKeys(new TopKeys({ clock: options.clock ?? Date.now }), metrics, metrics.gateway)
   // background failures (reconnects, periodic syncs) repeat while a store is down: one log line
   // per operation and second, with the count of those left out
   const lastLogged = new Map<string, { atMs: number; suppressed: number }>()
@@ -133,6 +140,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
   const shadowLog = new ShadowLog(logger)
   const decideEnvoy = createEnvoyDecider(() => current as Runtime, metrics, shadowLog, options.clock ?? Date.now)
   const retiring = new Set<Promise<void>>()
+  let lastReload: ReloadAttempt | undefined
 
   const server = createServer(
     { connectionsCheckingInterval: CONNECTIONS_CHECKING_INTERVAL_MS },
@@ -143,6 +151,9 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
       logger,
       shadowLog,
       decideEnvoy,
+      lastReload: () => lastReload,
+      // where it listens (an option or a port 0 resolved) and logs (--log-level), over the file's values
+      inForce: (): InForce => ({ host, port, logLevel: logger.level, ...(grpc !== undefined ? { grpcPort: grpc.port } : {}) }),
     }),
   )
   applyServerLimits(server, config.server)
@@ -169,12 +180,16 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
   const port = (server.address() as AddressInfo).port
   let grpc: GrpcListener | undefined
   if (config.gateway.grpc !== undefined) {
+    const startGrpc = config.gateway.grpc
     try {
       grpc = await startGrpcListener({
-        config: config.gateway.grpc,
+        config: startGrpc,
         decide: decideEnvoy,
         metrics: metrics.gateway,
         logger,
+        // read at each connection and request, as server.max-connections: a reload applies them
+        limits: () => (current as Runtime).config.gateway.grpc ?? startGrpc,
+        maxDescriptors: () => (current as Runtime).config.gateway.envoy.maxDescriptors,
         ...(options.grpcPort !== undefined ? { port: options.grpcPort } : {}),
       })
     } catch (err) {
@@ -208,9 +223,14 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     logger.warn({ host }, 'no auth tokens configured and listening beyond loopback: anyone who can reach it can reset counters')
 
   let reloading: Promise<boolean> = Promise.resolve(true)
+  function noteReload(trigger: string, error?: string): void {
+    const source = trigger.startsWith('SIG') ? 'signal' : trigger.endsWith('file change') ? 'watch' : 'api'
+    lastReload = { at: new Date().toISOString(), source, trigger, ok: error === undefined, ...(error !== undefined ? { error } : {}) }
+  }
   async function doReload(trigger: string, onlyIfChanged: boolean, stableText: string | undefined): Promise<boolean> {
     if (configPath === undefined) {
       logger.warn({ trigger }, 'reload asked, but the service runs on the built-in default config: nothing to reload')
+      noteReload(trigger, 'the service runs on the built-in default config: nothing to reload')
       return false
     }
     if (closing) return false
@@ -236,6 +256,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
       metrics.reload('failure')
       const issues = err instanceof ConfigFileError ? err.message.split('\n') : [String(err)]
       logger.error({ trigger, issues }, 'config reload rejected; the running config stays')
+      noteReload(trigger, issues.join('\n'))
       return false
     }
     let runtime: Runtime
@@ -244,6 +265,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     } catch (err) {
       metrics.reload('failure')
       logger.error({ trigger, err }, 'config reload failed while opening the store; the running config stays')
+      noteReload(trigger, `opening the store failed: ${err instanceof Error ? err.message : String(err)}`)
       return false
     }
     if (closing) {
@@ -252,10 +274,11 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     }
     if (next.server.host !== previous.config.server.host || next.server.port !== previous.config.server.port)
       logger.warn({ host, port }, 'server.host and server.port changes need a restart; still listening on the old address')
-    if (JSON.stringify(next.gateway.grpc) !== JSON.stringify(previous.config.gateway.grpc))
+    // grpc.max-connections, idle-timeout-ms and max-stream-resets apply to the running listener
+    if (grpcListenerKeys(next) !== grpcListenerKeys(previous.config))
       logger.warn(
         { grpc: grpc === undefined ? null : `${grpc.host}:${grpc.port}` },
-        'grpc section changes need a restart; the gRPC listener stays as it was',
+        'grpc.host, grpc.port, grpc.max-concurrent-streams and adding or removing the grpc section need a restart; the gRPC listener stays as it was',
       )
     if (next.gateway.envoy.domains !== previous.config.gateway.envoy.domains) watchTheDomains(next.gateway.envoy.domains)
     current = runtime
@@ -266,6 +289,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     retiring.add(retire)
     void retire.finally(() => retiring.delete(retire))
     metrics.reload('success')
+    noteReload(trigger)
     logger.info(
       {
         trigger,
@@ -353,8 +377,15 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     config: () => (current as Runtime).config,
     runtime: () => current as Runtime,
     reload: (trigger = 'api') => reload(trigger),
+    lastReload: () => lastReload,
     close,
   }
+}
+
+/** What of the grpc section the running listener keeps until a restart. */
+function grpcListenerKeys(config: ServiceConfig): string {
+  const g = config.gateway.grpc
+  return g === undefined ? '' : JSON.stringify([g.host, g.port, g.maxConcurrentStreams])
 }
 
 async function readConfigText(file: string): Promise<string> {

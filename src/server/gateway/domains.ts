@@ -40,6 +40,12 @@ export interface DomainRule {
   readonly path: string
   /** The reference's stats key: `<domain>.<key>_<value>.<key2>`, one composite key per level. */
   readonly statsKey: string
+  /**
+   * The `key` and `value` of its descriptor and of the descriptors above it, top level first:
+   * the entries a request's descriptor matches it with (`value` '' when the file gives none; a
+   * value with `*` is a wildcard).
+   */
+  readonly entries: readonly DomainEntry[]
   /** `rate_limit.name`, the name `replaces` refers to. */
   readonly name: string | undefined
   /** `unlimited: true`: every request is allowed, and never counted. */
@@ -213,7 +219,7 @@ export function parseDomainFiles(
     }
     const { root, origins } = entry
     const added: DomainRule[] = []
-    const build = (parent: DescriptorNode, list: readonly RawDescriptor[], statsPrefix: string): void => {
+    const build = (parent: DescriptorNode, list: readonly RawDescriptor[], statsPrefix: string, above: readonly DomainEntry[]): void => {
       let seen = origins.get(parent)
       if (seen === undefined) origins.set(parent, (seen = new Map()))
       for (const d of list) {
@@ -226,17 +232,24 @@ export function parseDomainFiles(
           continue
         }
         seen.set(composite, { file, path: d.path })
-        const rule = d.rateLimit === undefined ? undefined : ruleOf(rules.length + added.length, parsed.domain, file, d, statsKey)
+        const entries = Object.freeze([...above, Object.freeze({ key: d.key, value: d.value })])
+        const rule = d.rateLimit === undefined ? undefined : ruleOf(rules.length + added.length, parsed.domain, file, d, statsKey, entries)
         if (rule !== undefined) added.push(rule)
         const node = createNode(composite, rule, { valueToMetric: d.valueToMetric, shareThreshold: d.shareThreshold })
         addChild(parent, node)
-        build(node, d.descriptors, `${statsKey}.`)
+        build(node, d.descriptors, `${statsKey}.`, entries)
       }
     }
-    build(root, parsed.descriptors, `${parsed.domain}.`)
+    build(root, parsed.descriptors, `${parsed.domain}.`, [])
     if (r.issues.length > 0) throw new ConfigFileError(file, r.issues)
     rules.push(...added)
   }
+  // the wildcard matchers of large levels are built with the config, not by a request (wildcards.ts)
+  const prepare = (node: DescriptorNode): void => {
+    node.wildcards.prepare()
+    for (const child of node.children.values()) prepare(child)
+  }
+  for (const { root } of domains.values()) prepare(root)
   return new DomainConfigSet(
     files.map((f) => f.file),
     new Map([...domains].map(([name, e]) => [name, e.root])),
@@ -244,7 +257,7 @@ export function parseDomainFiles(
   )
 }
 
-function ruleOf(id: number, domain: string, file: string, d: RawDescriptor, statsKey: string): DomainRule {
+function ruleOf(id: number, domain: string, file: string, d: RawDescriptor, statsKey: string, entries: readonly DomainEntry[]): DomainRule {
   const rl = d.rateLimit as RawRateLimit
   return Object.freeze({
     id,
@@ -252,6 +265,7 @@ function ruleOf(id: number, domain: string, file: string, d: RawDescriptor, stat
     file,
     path: d.path,
     statsKey,
+    entries,
     name: rl.name,
     unlimited: rl.unlimited,
     unit: rl.unit,

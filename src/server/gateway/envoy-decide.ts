@@ -2,6 +2,7 @@ import type { AlgorithmResult, RateLimitAlgorithm } from '../../algorithms/types
 import { rateLimitHeaders } from '../../core/headers.js'
 import type { EnvoyConfig } from '../config-gateway.js'
 import type { ShadowLog } from '../shadow-log.js'
+import { OWN_LIMITS_RULE, topKeysOf } from '../top-keys.js'
 import { applyReplaces, type RateLimitUnit, UNIT_SECONDS } from './domains.js'
 import { boundKey, escapePart } from './domains-match.js'
 import type { EnvoyAlgorithms } from './envoy-rules.js'
@@ -109,6 +110,8 @@ interface Planned {
   readonly hits: number
   readonly key: string
   readonly metricKey: string
+  /** Where GET /v1/top counts it: the rule's stats key, the domain's own-limits bucket, or '' (not counted). */
+  readonly topRule: string
 }
 
 /** Checks the shape of a request: what Envoy's proto validation and the reference refuse. */
@@ -123,6 +126,12 @@ function validate(req: EnvoyRequest, envoy: EnvoyConfig): void {
     if (d.entries.length === 0) throw new EnvoyRequestError(`descriptors[${i}]: entries must not be empty`)
     d.entries.forEach((e, j) => {
       if (e.key === '') throw new EnvoyRequestError(`descriptors[${i}].entries[${j}]: key must not be empty`)
+      // bounds the work of matching the domain files' wildcards, and of every key built from the entry
+      const long = e.key.length > envoy.maxValueLength ? 'key' : e.value.length > envoy.maxValueLength ? 'value' : undefined
+      if (long !== undefined)
+        throw new EnvoyRequestError(
+          `descriptors[${i}].entries[${j}].${long} must be at most ${envoy.maxValueLength} characters (envoy.max-value-length), got ${e[long].length}`,
+        )
     })
   })
 }
@@ -160,6 +169,7 @@ async function plan(ctx: EnvoyContext, req: EnvoyRequest): Promise<Planned[]> {
         hits,
         key: boundKey(overrideKey(req.domain, d.entries)),
         metricKey: boundKey(metricKeyOf(req.domain, d.entries)),
+        topRule: OWN_LIMITS_RULE,
       })
       continue
     }
@@ -178,6 +188,7 @@ async function plan(ctx: EnvoyContext, req: EnvoyRequest): Promise<Planned[]> {
       hits,
       key: match?.counterKey ?? '',
       metricKey: match?.metricKey ?? '',
+      topRule: rule?.statsKey ?? '',
     })
   }
   return planned
@@ -252,6 +263,7 @@ export async function decideEnvoy(ctx: EnvoyContext, sent: EnvoyRequest): Promis
       code = isOver ? 'OVER_LIMIT' : 'OK'
       remaining = isOver ? 0 : Math.max(0, Math.floor(limit.requestsPerUnit - after))
       ctx.metrics.ruleHits(req.domain, p.metricKey, limit.requestsPerUnit, ctx.envoy.nearLimitRatio, p.hits, after, isOver, p.shadow)
+      if (p.hits > 0 && p.topRule !== '') topKeysOf(ctx.metrics)?.rule(req.domain, p.topRule).record(p.key, isOver, nowMs)
     }
     if (code === 'OVER_LIMIT' && p.shadow) {
       code = 'OK'
