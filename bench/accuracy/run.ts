@@ -11,6 +11,7 @@
  *   npm run bench:accuracy -- --jobs 1     # one cell at a time (default: one per CPU)
  *   npm run bench:accuracy -- --redis      # the same on a redis-server of its own (prints only)
  *   npm run bench:accuracy -- --only counter,counter-escrow --traces poisson,pacing   # some algorithms and traces
+ *   npm run bench:accuracy -- --nodes 64 --only counter,counter-escrow --traces poisson  # a large fleet
  *
  * With --redis every shard of a cell's fleet syncs through a RedisStrategy on a redis-server the
  * bench starts (bench/lib/replay-redis.ts), one cell at a time on this thread (a store cannot
@@ -51,7 +52,9 @@ if ((onlyAlgorithms !== undefined || onlyTraces !== undefined) && args.has('--wr
 if (onRedis && args.has('--write')) throw new Error('--redis prints only: the tables of docs/ACCURACY.md come from the memory store')
 const LIMIT = 100
 const WINDOW = 60
-const NODES = [1, 8]
+const nodesAt = argv.indexOf('--nodes')
+const NODES = nodesAt >= 0 ? (argv[nodesAt + 1] ?? '').split(',').map(Number) : [1, 8]
+if (nodesAt >= 0 && args.has('--write')) throw new Error('--nodes prints only: docs/ACCURACY.md holds 1 and 8 processes')
 const SYNC_RATES = [0.5, 2]
 
 interface Case {
