@@ -14,7 +14,7 @@ import { after, before, describe, it } from 'node:test'
 import { fileURLToPath } from 'node:url'
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
-const subpaths = ['redis', 'simple', 'algorithms', 'server', 'express', 'fastify', 'hono', 'postgres', 'memcached', 'testing']
+const subpaths = ['redis', 'simple', 'algorithms', 'server', 'express', 'fastify', 'hono', 'nestjs', 'postgres', 'memcached', 'testing']
 let consumer: string
 
 function node(args: string[]): string {

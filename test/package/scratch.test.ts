@@ -18,6 +18,7 @@ import path from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
+import { type SentinelSet, startSentinelSet } from '../support/redis-sentinel.js'
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const sources = path.join(root, 'test/package/scratch')
@@ -55,11 +56,11 @@ const projects: readonly Project[] = [
   },
   { dir: 'jest-cjs', title: 'Jest in its default CommonJS mode, no configuration' },
   { dir: 'ts-node10', title: 'TypeScript module commonjs, moduleResolution node10 (typesVersions)' },
-  { dir: 'ts-nodenext', title: 'TypeScript nodenext, CommonJS and ESM files, the current TypeScript' },
+  { dir: 'ts-nodenext', title: 'TypeScript nodenext, CommonJS and ESM files, a Nest 12 app, the current TypeScript' },
   {
     dir: 'ts-nodenext',
     installAs: 'ts-nodenext-ts5.4',
-    title: 'TypeScript nodenext, CommonJS and ESM files, TypeScript 5.4',
+    title: 'TypeScript nodenext, CommonJS and ESM files, a Nest 12 app, TypeScript 5.4',
     // pg's declarations, and the Float64Array<ArrayBuffer> that TypeScript 5.7+ writes into
     // dist/server/metrics.d.ts, use generics TypeScript 5.4 lacks: check the project's code against
     // our types with skipLibCheck, as TypeScript 5.4 users (and `tsc --init`) do
@@ -162,8 +163,11 @@ function oldestNode(): string {
 
 describe('the packed tarball in scratch projects', { concurrency: 3 }, () => {
   let oldestNodeBin = ''
+  // a Sentinel deployment of the test's own: the JavaScript projects reach Redis through it too
+  let sentinel: SentinelSet | undefined
 
   before(async () => {
+    sentinel = await startSentinelSet()
     assert.ok(existsSync(path.join(root, 'dist/index.cjs')), 'dist/index.cjs is missing: run npm run build')
     mkdirSync(npmCache, { recursive: true })
     mkdirSync(work, { recursive: true })
@@ -188,6 +192,7 @@ describe('the packed tarball in scratch projects', { concurrency: 3 }, () => {
   })
 
   after(async () => {
+    await sentinel?.stop()
     const redis = new Redis(redisUrl)
     try {
       let cursor = '0'
@@ -212,6 +217,14 @@ describe('the packed tarball in scratch projects', { concurrency: 3 }, () => {
         RATELIMITING_REDIS_URL: redisUrl,
         RATELIMITING_MEMCACHED: '127.0.0.1:11211',
         RATELIMITING_KEY_PREFIX: `${keyPrefix}:${name}`,
+        ...(sentinel !== undefined
+          ? {
+              RATELIMITING_SENTINELS: sentinel.sentinels.map((s) => `${s.host}:${s.port}`).join(','),
+              RATELIMITING_SENTINEL_MASTER: sentinel.masterName,
+              RATELIMITING_SENTINEL_DATA_PASSWORD: sentinel.password,
+              RATELIMITING_SENTINEL_PASSWORD: sentinel.sentinelPassword,
+            }
+          : {}),
       })
 
       await t.test('npm test', async () => {

@@ -4,12 +4,14 @@ const assert = require('node:assert/strict')
 const express = require('express')
 const { rateLimit } = require('express-rate-limit')
 const { Redis } = require('ioredis')
+const { createClient } = require('redis')
 const ratelimiting = require('ratelimiting')
 const { MemoryFixedWindow } = require('ratelimiting/algorithms')
 const { RateLimitingStore } = require('ratelimiting/express')
 const { createFastifyStore } = require('ratelimiting/fastify')
 const { createHonoMiddleware } = require('ratelimiting/hono')
 const { MemcachedStrategy } = require('ratelimiting/memcached')
+const { RateLimitingThrottlerStorage } = require('ratelimiting/nestjs')
 const { PostgresStrategy } = require('ratelimiting/postgres')
 const { RedisStrategy } = require('ratelimiting/redis')
 const { startService } = require('ratelimiting/server')
@@ -38,6 +40,15 @@ async function main() {
 
   // one engine behind every subpath: an adapter's errors are the root's classes
   assert.throws(() => new RateLimitingStore({ namespace: '' }), ratelimiting.ConfigError)
+  assert.throws(() => new RateLimitingThrottlerStorage({ namespace: '' }), ratelimiting.ConfigError)
+
+  // ratelimiting/nestjs requires without Nest installed (it imports @nestjs/throttler only as
+  // types): the storage answers @nestjs/throttler's record, a second request of 1 per hour blocked
+  const storage = new RateLimitingThrottlerStorage()
+  assert.equal((await storage.increment('k', 3_600_000, 1, 60_000, 'default')).isBlocked, false)
+  const blocked = await storage.increment('k', 3_600_000, 1, 60_000, 'default')
+  assert.ok(blocked.isBlocked && blocked.timeToBlockExpire >= 60, JSON.stringify(blocked))
+  await storage.close()
 
   // A store by name, loaded on demand by the root entry, and a store object from its subpath: two
   // instances (two processes of a fleet) see each other's hits through Redis. A window of an hour:
@@ -57,6 +68,31 @@ async function main() {
   )
   await Promise.all([byName.close(), byObject.close()])
   await client.quit()
+
+  // the official client (node-redis), connected by its owner, serves the same counts
+  const nodeRedis = await createClient({ url: redisUrl }).connect()
+  const viaNodeRedis = instance('cjs-js-node-redis', { strategy: new RedisStrategy({ client: nodeRedis, prefix }) })
+  assert.ok((await viaNodeRedis.increment('k', 3600, 1, 'shared')) > 3, 'node-redis reaches the counts ioredis wrote')
+  await viaNodeRedis.close()
+  await nodeRedis.close()
+
+  // Redis Sentinel (the test sets RATELIMITING_SENTINELS to its own master, replica and three Sentinels)
+  if (process.env.RATELIMITING_SENTINELS !== undefined) {
+    const sentinels = process.env.RATELIMITING_SENTINELS.split(',').map((s) => ({ host: s.split(':')[0], port: Number(s.split(':')[1]) }))
+    // a store object the caller made: the caller closes it (a namespace closes only the stores it made)
+    const sentinelStore = new RedisStrategy({
+      sentinels,
+      name: process.env.RATELIMITING_SENTINEL_MASTER,
+      password: process.env.RATELIMITING_SENTINEL_DATA_PASSWORD,
+      sentinelPassword: process.env.RATELIMITING_SENTINEL_PASSWORD,
+      prefix,
+    })
+    const bySentinel = instance('cjs-js-sentinel', { strategy: sentinelStore })
+    assert.equal(await bySentinel.increment('k', 3600, 2, 'shared'), 2)
+    assert.equal(await bySentinel.increment('k', 3600, 1, 'shared'), 3)
+    await bySentinel.close()
+    await sentinelStore.close()
+  }
 
   // a real request: express-rate-limit with our store admits 2, then 429
   const app = express()

@@ -3,12 +3,14 @@ import assert from 'node:assert/strict'
 import express from 'express'
 import { rateLimit } from 'express-rate-limit'
 import { Redis } from 'ioredis'
+import { createClient } from 'redis'
 import * as ratelimiting from 'ratelimiting'
 import { MemoryFixedWindow } from 'ratelimiting/algorithms'
 import { RateLimitingStore } from 'ratelimiting/express'
 import { createFastifyStore } from 'ratelimiting/fastify'
 import { createHonoMiddleware } from 'ratelimiting/hono'
 import { MemcachedStrategy } from 'ratelimiting/memcached'
+import { RateLimitingThrottlerStorage } from 'ratelimiting/nestjs'
 import { PostgresStrategy } from 'ratelimiting/postgres'
 import { RedisStrategy } from 'ratelimiting/redis'
 import { startService } from 'ratelimiting/server'
@@ -23,6 +25,15 @@ assert.equal(perMinute(1).allow('k'), true)
 
 // one engine behind every subpath: an adapter's errors are the root's classes
 assert.throws(() => new RateLimitingStore({ namespace: '' }), ratelimiting.ConfigError)
+assert.throws(() => new RateLimitingThrottlerStorage({ namespace: '' }), ratelimiting.ConfigError)
+
+// ratelimiting/nestjs loads without Nest installed (it imports @nestjs/throttler only as types):
+// the storage answers @nestjs/throttler's record, a second request of 1 per hour blocked
+const storage = new RateLimitingThrottlerStorage()
+assert.deepEqual(await storage.increment('k', 3_600_000, 1, 60_000, 'default').then((r) => [r.totalHits, r.isBlocked]), [1, false])
+const blocked = await storage.increment('k', 3_600_000, 1, 60_000, 'default')
+assert.ok(blocked.isBlocked && blocked.timeToBlockExpire >= 60, JSON.stringify(blocked))
+await storage.close()
 
 // A store by name, loaded on demand by the root entry, and a store object from its subpath: two
 // instances (two processes of a fleet) see each other's hits through Redis. A window of an hour:
@@ -42,6 +53,31 @@ assert.ok(
 )
 await Promise.all([byName.close(), byObject.close()])
 await client.quit()
+
+// the official client (node-redis), connected by its owner, serves the same counts
+const nodeRedis = await createClient({ url: redisUrl }).connect()
+const viaNodeRedis = instance('esm-js-node-redis', { strategy: new RedisStrategy({ client: nodeRedis, prefix }) })
+assert.ok((await viaNodeRedis.increment('k', 3600, 1, 'shared')) > 3, 'node-redis reaches the counts ioredis wrote')
+await viaNodeRedis.close()
+await nodeRedis.close()
+
+// Redis Sentinel (the test sets RATELIMITING_SENTINELS to its own master, replica and three Sentinels)
+if (process.env.RATELIMITING_SENTINELS !== undefined) {
+  const sentinels = process.env.RATELIMITING_SENTINELS.split(',').map((s) => ({ host: s.split(':')[0], port: Number(s.split(':')[1]) }))
+  const bySentinel = instance('esm-js-sentinel', {
+    strategy: 'redis',
+    strategyOpts: {
+      sentinels,
+      name: process.env.RATELIMITING_SENTINEL_MASTER,
+      password: process.env.RATELIMITING_SENTINEL_DATA_PASSWORD,
+      sentinelPassword: process.env.RATELIMITING_SENTINEL_PASSWORD,
+      prefix,
+    },
+  })
+  assert.equal(await bySentinel.increment('k', 3600, 2, 'shared'), 2)
+  assert.equal(await bySentinel.increment('k', 3600, 1, 'shared'), 3)
+  await bySentinel.close()
+}
 
 // a real request: express-rate-limit with our store admits 2, then 429
 const app = express()

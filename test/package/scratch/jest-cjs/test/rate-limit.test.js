@@ -4,7 +4,7 @@ const { rateLimit } = require('express-rate-limit')
 const ratelimiting = require('ratelimiting')
 const { RateLimitingStore } = require('ratelimiting/express')
 
-const subpaths = ['redis', 'postgres', 'memcached', 'simple', 'express', 'fastify', 'hono', 'algorithms', 'server']
+const subpaths = ['redis', 'postgres', 'memcached', 'simple', 'express', 'fastify', 'hono', 'nestjs', 'algorithms', 'server']
 
 test('every subpath requires, with the classes of one engine', () => {
   for (const subpath of subpaths) expect(Object.keys(require(`ratelimiting/${subpath}`)).length).toBeGreaterThan(0)

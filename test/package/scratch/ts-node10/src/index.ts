@@ -8,6 +8,7 @@ import { RateLimitingStore } from 'ratelimiting/express'
 import { createFastifyStore } from 'ratelimiting/fastify'
 import { createHonoMiddleware } from 'ratelimiting/hono'
 import { MemcachedStrategy } from 'ratelimiting/memcached'
+import { RateLimitingThrottlerStorage } from 'ratelimiting/nestjs'
 import { PostgresStrategy } from 'ratelimiting/postgres'
 import { RedisStrategy, type RedisStrategyOptions } from 'ratelimiting/redis'
 import { type ServiceConfig, startService } from 'ratelimiting/server'
@@ -22,6 +23,7 @@ for (const value of [
   createHonoMiddleware,
   MemcachedStrategy,
   PostgresStrategy,
+  RateLimitingThrottlerStorage,
   RedisStrategy,
   startService,
 ])

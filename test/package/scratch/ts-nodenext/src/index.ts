@@ -1,5 +1,6 @@
 // A CommonJS module under nodenext: every import below compiles to require(), typed by the .d.cts files.
 import assert from 'node:assert/strict'
+import type { ThrottlerStorage } from '@nestjs/throttler'
 import express from 'express'
 import { ConfigError, type Decision, RateLimiting } from 'ratelimiting'
 import { type AlgorithmResult, MemoryFixedWindow } from 'ratelimiting/algorithms'
@@ -7,6 +8,7 @@ import { createExpressMiddleware } from 'ratelimiting/express'
 import { createFastifyStore } from 'ratelimiting/fastify'
 import { createHonoMiddleware } from 'ratelimiting/hono'
 import { MemcachedStrategy } from 'ratelimiting/memcached'
+import { RateLimitingThrottlerStorage, type ThrottlerStorageRecord } from 'ratelimiting/nestjs'
 import { PostgresStrategy } from 'ratelimiting/postgres'
 import { RedisStrategy } from 'ratelimiting/redis'
 import { type ServiceConfig, startService } from 'ratelimiting/server'
@@ -26,6 +28,12 @@ async function main(): Promise<void> {
   const result: AlgorithmResult | Promise<AlgorithmResult> = new MemoryFixedWindow({ limit: 1, windowMs: 60_000 }).check('u')
   assert.equal((await result).allowed, true)
   assert.throws(() => createExpressMiddleware({ limit: 0 }), ConfigError)
+
+  // our storage is a ThrottlerStorage for @nestjs/throttler, typed by its .d.cts
+  const storage: ThrottlerStorage = new RateLimitingThrottlerStorage()
+  const record: ThrottlerStorageRecord = await storage.increment('k', 60_000, 1, 60_000, 'default')
+  assert.equal(record.isBlocked, false)
+  assert.equal((await storage.increment('k', 60_000, 1, 60_000, 'default')).isBlocked, true)
 
   // a real request: our Express middleware admits 2, then 429 with Retry-After
   const app = express()
