@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util'
 import { type ConfigEnv, ConfigFileError, type LogLevel, loadConfigFile } from './config.js'
+import { loadTlsMaterial } from './config-tls.js'
 import { loadServiceDomains } from './gateway/envoy-service.js'
 import { LOG_LEVELS } from './config-schema.js'
 import { createLogger } from './logger.js'
@@ -165,6 +166,8 @@ function parse(argv: readonly string[]) {
 async function checkConfig(file: string, io: CliIo): Promise<number> {
   try {
     const config = await loadConfigFile(file, io.env)
+    if (config.server.tls !== undefined) await loadTlsMaterial(config.server.tls, 'server.tls', config.source)
+    if (config.gateway.grpc?.tls !== undefined) await loadTlsMaterial(config.gateway.grpc.tls, 'grpc.tls', config.source)
     const needsStrategy = [...config.policies.values()].some((p) => p.algo === 'sliding-window-counter-algo' && p.syncRate >= 0)
     await checkStoreModules(config.store, needsStrategy)
     const domains = await loadServiceDomains(config)

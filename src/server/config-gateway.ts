@@ -2,6 +2,7 @@ import { dirname, isAbsolute, resolve } from 'node:path'
 import type { HeaderMode } from '../core/headers.js'
 import { type Raw, section } from './config-env.js'
 import type { AlgorithmName } from './config.js'
+import { type TlsConfig, tlsOf } from './config-tls.js'
 
 // The gateway sections of the config: the gRPC listener, Envoy's rate limit protocol and its
 // domain files, forward-auth, and the global shadow mode (docs/GATEWAY.md).
@@ -26,6 +27,8 @@ export interface GrpcConfig {
    * ENHANCE_YOUR_CALM and is closed (HTTP/2 rapid reset).
    */
   readonly maxStreamResets: number
+  /** gRPC over TLS (`grpc.tls`); the files are read again on each reload. */
+  readonly tls?: TlsConfig
 }
 
 /** What `response_headers_to_add` carries: nothing, the reference's `x-ratelimit-*`, or a draft RateLimit family. */
@@ -108,6 +111,7 @@ export function gatewayOf(
     issues.push({ path: ['envoy', 'use-algo'], message: `${algo} keeps its counters in redis or memory, but store.type is ${storeType}` })
   if (grpc !== undefined && raw.envoy !== undefined && domains === undefined)
     issues.push({ path: ['envoy', 'domains'], message: 'is required to answer Envoy: the domain file or directory of rules' })
+  const grpcTls = tlsOf(raw, 'grpc', source, issues)
   return {
     grpc:
       grpc === undefined
@@ -119,6 +123,7 @@ export function gatewayOf(
             maxConnections: (grpc['max-connections'] as number | undefined) ?? 10_000,
             idleTimeoutMs: (grpc['idle-timeout-ms'] as number | undefined) ?? 30_000,
             maxStreamResets: (grpc['max-stream-resets'] as number | undefined) ?? 100,
+            ...(grpcTls !== undefined ? { tls: grpcTls } : {}),
           },
     envoy: {
       domains: domains === undefined ? undefined : isAbsolute(domains) ? domains : resolve(base, domains),

@@ -10,6 +10,20 @@ export const FAIL_POLICIES = ['error', 'allow', 'deny'] as const
 export const HEADER_MODES = ['draft-6', 'draft-7', 'draft-8', 'draft-9', 'draft-10', 'kong'] as const
 /** pino levels. */
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
+/** Whether a TLS listener asks clients for a certificate (checked against its `ca`). */
+export const CLIENT_AUTH_MODES = ['none', 'request', 'require'] as const
+/** A listener's `tls`: PEM files, relative to the config file's directory (config-tls.ts reads them). */
+const TLS = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['cert', 'key'],
+  properties: {
+    cert: { type: 'string', minLength: 1 },
+    key: { type: 'string', minLength: 1 },
+    ca: { type: 'string', minLength: 1 },
+    'client-auth': { enum: CLIENT_AUTH_MODES },
+  },
+} as const
 /**
  * A bearer token as a request can present it: auth.ts compares the `Authorization` header's
  * value trimmed, and Node reads header bytes as latin1, so only visible ASCII, spaces inside.
@@ -80,6 +94,7 @@ export const CONFIG_SCHEMA = {
           minimum: 0,
           maximum: 600_000,
         },
+        tls: TLS,
       },
     },
     'rate-limiter': {
@@ -126,6 +141,16 @@ export const CONFIG_SCHEMA = {
         'batch-across-slots': { type: 'boolean' },
         // redis algorithms: answer a user locally while a denial still holds (rememberDenials)
         'remember-denials': { type: 'boolean' },
+        // redis over TLS (rediss://): the CA to trust and a client certificate, PEM files
+        tls: {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            ca: { type: 'string', minLength: 1 },
+            cert: { type: 'string', minLength: 1 },
+            key: { type: 'string', minLength: 1 },
+          },
+        },
       },
     },
     // decided and counted as usual, but every answer allows (RATELIMITING_SHADOW_MODE=true too)
@@ -143,6 +168,7 @@ export const CONFIG_SCHEMA = {
         'idle-timeout-ms': { type: 'integer', minimum: 100, maximum: 86_400_000 },
         // streams a client may reset on one connection before they were answered (rapid reset, CVE-2023-44487)
         'max-stream-resets': { type: 'integer', minimum: 1, maximum: 1_000_000_000 },
+        tls: TLS,
       },
     },
     envoy: {

@@ -11,6 +11,7 @@ import { type KeyNormalization, keyNormalizer } from './key-normalization.js'
 import { overrideIssues, overridesOf } from './config-overrides.js'
 import { urlProblems } from './config-urls.js'
 import { sentinelIssues } from './config-sentinels.js'
+import { storeTlsOf, type TlsConfig, tlsOf } from './config-tls.js'
 
 export { type ConfigEnv } from './config-env.js'
 export { ConfigFileError, type ConfigIssue } from './config-issues.js'
@@ -32,6 +33,7 @@ const STORE_KEYS_USED_BY: Record<string, readonly StoreType[]> = {
   schema: ['postgres'],
   'batch-across-slots': ['redis'],
   'remember-denials': ['redis'],
+  tls: ['redis', 'postgres'],
 }
 /** A `rate-limiter.on-store-error` value: 503, admit, or deny when the store fails. */
 export type FailPolicy = (typeof FAIL_POLICIES)[number]
@@ -83,6 +85,17 @@ export interface StoreConfig {
   readonly batchAcrossSlots?: boolean
   /** redis: false to ask Redis on every request of a denied user (the algorithms' rememberDenials). */
   readonly rememberDenials?: boolean
+  /** redis (rediss://) and postgres over TLS: PEM files (resolved against the config file's directory), read when the store opens. */
+  readonly tls?: StoreTlsConfig
+}
+
+/** The `store.tls` section. */
+export interface StoreTlsConfig {
+  /** The CA the server's certificate is checked against (instead of Node's bundled CAs). */
+  readonly ca?: string
+  /** A client certificate and its key, for a server that asks for one. */
+  readonly cert?: string
+  readonly key?: string
 }
 
 /** The `server` section. */
@@ -103,6 +116,8 @@ export interface ServerConfig {
   /** Open connections at most; more are answered 503 and closed. */
   readonly maxConnections: number
   readonly shutdownTimeoutMs: number
+  /** HTTPS instead of HTTP on the same port (`server.tls`); the files are read again on each reload. */
+  readonly tls?: TlsConfig
 }
 
 /** Bearer tokens; with either list non-empty, every /v1 request needs one. */
@@ -259,6 +274,8 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
   const normalization = (raw['key-normalization'] as KeyNormalization | undefined) ?? 'nfc'
   overrideIssues(raw, (server['max-user-id-length'] as number | undefined) ?? 256, keyNormalizer(normalization), issues)
   const gateway = gatewayOf(raw, source, storeType, defaultSyncRate, issues)
+  const serverTls = tlsOf(raw, 'server', source, issues)
+  const storeTls = storeTlsOf(store, storeType, source, issues)
   const requestTimeoutMs = (server['request-timeout-ms'] as number | undefined) ?? 10_000
   const headersTimeoutMs = (server['headers-timeout-ms'] as number | undefined) ?? Math.min(5_000, requestTimeoutMs)
   if (headersTimeoutMs > requestTimeoutMs)
@@ -282,6 +299,7 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
       maxRequestsPerSocket: (server['max-requests-per-socket'] as number | undefined) ?? 0,
       maxConnections: (server['max-connections'] as number | undefined) ?? 10_000,
       shutdownTimeoutMs: (server['shutdown-timeout-ms'] as number | undefined) ?? 10_000,
+      ...(serverTls !== undefined ? { tls: serverTls } : {}),
     },
     keyPrefix: (limiter['key-prefix'] as string | undefined) ?? 'rlaas:rate_limit',
     hashTag: (limiter['hash-tag'] as boolean | undefined) ?? false,
@@ -300,6 +318,7 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
       timeoutMs: (store['timeout-ms'] as number | undefined) ?? 1000,
       ...(store['batch-across-slots'] === true ? { batchAcrossSlots: true } : {}),
       ...(store['remember-denials'] === false ? { rememberDenials: false } : {}),
+      ...(storeTls !== undefined ? { tls: storeTls } : {}),
     },
     auth:
       auth === undefined

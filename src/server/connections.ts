@@ -1,5 +1,6 @@
 import type { Server } from 'node:http'
 import type { Socket } from 'node:net'
+import { Server as TlsServer } from 'node:tls'
 import type { ServerConfig } from './config.js'
 
 /**
@@ -29,15 +30,20 @@ export interface ConnectionGuard {
 /**
  * Caps the connections `server` holds at `max()`: one more is answered `503` with a JSON error
  * and closed, before it can take a file descriptor for long, so a flood of idle connections
- * cannot starve the process of them. Node's own `maxConnections` would close it without a word.
+ * cannot starve the process of them (with TLS, it is closed before the handshake, without an
+ * answer). Node's own `maxConnections` would close it without a word.
  */
 export function guardConnections(server: Server, max: () => number, onRefused: () => void): ConnectionGuard {
   let open = 0
+  // counted on the TCP connection, before any TLS handshake: a flood of handshakes is capped too
+  const tls = server instanceof TlsServer
   // runs before the HTTP layer takes the socket (prepended), so a refused socket is never counted
   server.prependListener('connection', (socket: Socket) => {
     if (open >= max()) {
       onRefused()
-      refuse(socket, max())
+      // an HTTP answer in clear would reach a TLS client as a handshake error anyway: just close
+      if (tls) socket.destroy()
+      else refuse(socket, max())
       return
     }
     open++

@@ -1,12 +1,15 @@
 import { createHash } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import { createServer, type Server } from 'node:http'
+import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https'
 import type { AddressInfo } from 'node:net'
+import { createServer as createTlsServer, type Server as TlsServer } from 'node:tls'
 import type { Logger } from 'pino'
 import type { Clock } from '../core/clock.js'
 import { TokenAuth } from './auth.js'
 import { type ConfigEnv, ConfigFileError, defaultConfig, type LogLevel, parseConfig, type ServiceConfig } from './config.js'
 import type { InForce } from './config-document.js'
+import { loadTlsMaterial, type TlsMaterial } from './config-tls.js'
 import { type ConfigWatcher, watchConfigFile } from './config-watch.js'
 import { applyServerLimits, CONNECTIONS_CHECKING_INTERVAL_MS, guardConnections } from './connections.js'
 import { createEnvoyDecider, loadServiceDomains, watchDomains } from './gateway/envoy-service.js'
@@ -52,10 +55,11 @@ export interface ServiceOptions {
 
 /** A running service. */
 export interface RunningService {
-  /** `http://host:port` */
+  /** `http://host:port`, or `https://host:port` with `server.tls` */
   readonly url: string
   readonly host: string
   readonly port: number
+  /** An `https.Server` with `server.tls`. */
   readonly server: Server
   /** The gRPC listener's address, when the config has a `grpc` section. */
   readonly grpc: { readonly host: string; readonly port: number } | undefined
@@ -104,6 +108,21 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     appliedHash = hash(text)
   } else config = defaultConfig(env)
 
+  // before the store opens: a bad certificate or key file is an invalid config (exit 3)
+  const httpTls = config.server.tls === undefined ? undefined : await loadTlsMaterial(config.server.tls, 'server.tls', config.source)
+  const startGrpcTls = config.gateway.grpc?.tls
+  const grpcTls = startGrpcTls === undefined ? undefined : await loadTlsMaterial(startGrpcTls, 'grpc.tls', config.source)
+  // never listens: the gRPC listener hands it each accepted connection; h2 is what gRPC speaks
+  const grpcTlsServer: TlsServer | undefined =
+    grpcTls === undefined
+      ? undefined
+      : createTlsServer({
+          ...grpcTls.context,
+          ALPNProtocols: ['h2'],
+          requestCert: grpcTls.requestCert,
+          rejectUnauthorized: grpcTls.rejectUnauthorized,
+        })
+
   const logger = options.logger ?? createLogger(options.logLevel ?? config.logLevel)
   if (options.logger !== undefined && options.logLevel !== undefined) logger.level = options.logLevel
   const levelOf = (c: ServiceConfig) => options.logLevel ?? c.logLevel
@@ -142,20 +161,29 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
   const retiring = new Set<Promise<void>>()
   let lastReload: ReloadAttempt | undefined
 
-  const server = createServer(
-    { connectionsCheckingInterval: CONNECTIONS_CHECKING_INTERVAL_MS },
-    createRequestHandler({
-      runtime: () => current as Runtime,
-      closing: () => closing,
-      metrics,
-      logger,
-      shadowLog,
-      decideEnvoy,
-      lastReload: () => lastReload,
-      // where it listens (an option or a port 0 resolved) and logs (--log-level), over the file's values
-      inForce: (): InForce => ({ host, port, logLevel: logger.level, ...(grpc !== undefined ? { grpcPort: grpc.port } : {}) }),
-    }),
-  )
+  const handler = createRequestHandler({
+    runtime: () => current as Runtime,
+    closing: () => closing,
+    metrics,
+    logger,
+    shadowLog,
+    decideEnvoy,
+    lastReload: () => lastReload,
+    // where it listens (an option or a port 0 resolved) and logs (--log-level), over the file's values
+    inForce: (): InForce => ({ host, port, logLevel: logger.level, ...(grpc !== undefined ? { grpcPort: grpc.port } : {}) }),
+  })
+  const server: Server =
+    httpTls === undefined
+      ? createServer({ connectionsCheckingInterval: CONNECTIONS_CHECKING_INTERVAL_MS }, handler)
+      : createHttpsServer(
+          {
+            connectionsCheckingInterval: CONNECTIONS_CHECKING_INTERVAL_MS,
+            ...httpTls.context,
+            requestCert: httpTls.requestCert,
+            rejectUnauthorized: httpTls.rejectUnauthorized,
+          },
+          handler,
+        )
   applyServerLimits(server, config.server)
   const connections = guardConnections(
     server,
@@ -190,6 +218,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
         // read at each connection and request, as server.max-connections: a reload applies them
         limits: () => (current as Runtime).config.gateway.grpc ?? startGrpc,
         maxDescriptors: () => (current as Runtime).config.gateway.envoy.maxDescriptors,
+        ...(grpcTlsServer !== undefined ? { tls: grpcTlsServer } : {}),
         ...(options.grpcPort !== undefined ? { port: options.grpcPort } : {}),
       })
     } catch (err) {
@@ -198,7 +227,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
       throw err
     }
   }
-  const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`
+  const url = `${httpTls === undefined ? 'http' : 'https'}://${host.includes(':') ? `[${host}]` : host}:${port}`
   logger.info(
     {
       url,
@@ -211,7 +240,13 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
         window: p.windowSize,
       })),
       auth: current.auth.enabled,
+      ...(httpTls !== undefined
+        ? { tls: { serial: httpTls.serial, validTo: httpTls.validTo, clientAuth: config.server.tls?.clientAuth } }
+        : {}),
       ...(grpc !== undefined ? { grpc: `${grpc.host}:${grpc.port}` } : {}),
+      ...(grpcTls !== undefined
+        ? { grpcTls: { serial: grpcTls.serial, validTo: grpcTls.validTo, clientAuth: startGrpcTls?.clientAuth } }
+        : {}),
       ...(config.gateway.envoy.domains !== undefined
         ? { domains: config.gateway.envoy.domains, rules: [...current.envoy.domains.rules()].length }
         : {}),
@@ -237,12 +272,19 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     let next: ServiceConfig
     let text: string
     let domains: Awaited<ReturnType<typeof loadServiceDomains>>
+    let nextHttpTls: TlsMaterial | undefined
+    let nextGrpcTls: TlsMaterial | undefined
     const previous = current as Runtime
     try {
       text = stableText ?? (await readConfigText(configPath))
       if (onlyIfChanged && hash(text) === appliedHash) return true
       next = parseConfig(text, configPath, env)
       domains = await loadServiceDomains(next)
+      // read again on every reload: a rotated certificate applies to new connections
+      if (next.server.tls !== undefined && httpTls !== undefined)
+        nextHttpTls = await loadTlsMaterial(next.server.tls, 'server.tls', next.source)
+      const nextGrpc = next.gateway.grpc?.tls
+      if (nextGrpc !== undefined && grpcTlsServer !== undefined) nextGrpcTls = await loadTlsMaterial(nextGrpc, 'grpc.tls', next.source)
       // a token list that goes away would open every /v1 route to anyone: never by accident
       if (previous.auth.enabled && !new TokenAuth(next.auth).enabled)
         throw new ConfigFileError(configPath, [
@@ -275,16 +317,34 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
     if (next.server.host !== previous.config.server.host || next.server.port !== previous.config.server.port)
       logger.warn({ host, port }, 'server.host and server.port changes need a restart; still listening on the old address')
     // grpc.max-connections, idle-timeout-ms and max-stream-resets apply to the running listener
+    if (
+      (next.server.tls === undefined) !== (httpTls === undefined) ||
+      next.server.tls?.clientAuth !== previous.config.server.tls?.clientAuth
+    )
+      logger.warn(
+        { tls: httpTls !== undefined },
+        'adding or removing server.tls and changing its client-auth need a restart; the certificate, key and ca files are read again',
+      )
     if (grpcListenerKeys(next) !== grpcListenerKeys(previous.config))
       logger.warn(
         { grpc: grpc === undefined ? null : `${grpc.host}:${grpc.port}` },
-        'grpc.host, grpc.port, grpc.max-concurrent-streams and adding or removing the grpc section need a restart; the gRPC listener stays as it was',
+        'grpc.host, grpc.port, grpc.max-concurrent-streams, adding or removing grpc.tls or changing its client-auth, and adding or removing the grpc section need a restart; the gRPC listener stays as it was',
       )
     if (next.gateway.envoy.domains !== previous.config.gateway.envoy.domains) watchTheDomains(next.gateway.envoy.domains)
+    watchTheTlsFiles(next)
     current = runtime
     appliedHash = hash(text)
     logger.level = levelOf(next)
     applyServerLimits(server, next.server)
+    // open connections keep the context they were made with; new ones get this one
+    if (nextHttpTls !== undefined) {
+      ;(server as HttpsServer).setSecureContext(nextHttpTls.context)
+      logger.info({ trigger, serial: nextHttpTls.serial, validTo: nextHttpTls.validTo }, 'server.tls certificate loaded')
+    }
+    if (nextGrpcTls !== undefined) {
+      grpcTlsServer?.setSecureContext(nextGrpcTls.context)
+      logger.info({ trigger, serial: nextGrpcTls.serial, validTo: nextGrpcTls.validTo }, 'grpc.tls certificate loaded')
+    }
     const retire = previous.retire(runtime).catch((err: unknown) => logger.error({ err }, 'flushing the previous config failed'))
     retiring.add(retire)
     void retire.finally(() => retiring.delete(retire))
@@ -320,6 +380,34 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
   }
   watchTheDomains(config.gateway.envoy.domains)
 
+  // the certificate, key and ca files: a change reloads, so a renewed certificate applies to new
+  // connections without a SIGHUP (a cert and key written apart may be refused once, as mismatched)
+  let tlsWatchers: ConfigWatcher[] = []
+  let tlsWatched = ''
+  function watchTheTlsFiles(c: ServiceConfig): void {
+    const files = [...new Set([c.server.tls, c.gateway.grpc?.tls].flatMap((t) => (t === undefined ? [] : [t.cert, t.key, t.ca])))].filter(
+      (f): f is string => f !== undefined,
+    )
+    if (files.join('\n') === tlsWatched) return
+    for (const w of tlsWatchers) w.close()
+    tlsWatchers = []
+    tlsWatched = files.join('\n')
+    if (configPath === undefined || options.watch === false || (httpTls === undefined && grpcTls === undefined)) return
+    for (const file of files)
+      try {
+        tlsWatchers.push(
+          watchConfigFile(file, {
+            quietMs: options.watchDebounceMs ?? 300,
+            onStable: () => void reload('tls file change'),
+            onError: (err) => logger.warn({ err, file }, 'watching a TLS file failed; reload with SIGHUP'),
+          }),
+        )
+      } catch (err) {
+        logger.warn({ err, file }, 'cannot watch a TLS file; reload with SIGHUP')
+      }
+  }
+  watchTheTlsFiles(config)
+
   let watcher: ConfigWatcher | undefined
   if (configPath !== undefined && (options.watch ?? true)) {
     try {
@@ -339,6 +427,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
       closing = true
       watcher?.close()
       stopDomainWatch()
+      for (const w of tlsWatchers) w.close()
       const shutdownTimeoutMs = (current as Runtime).config.server.shutdownTimeoutMs
       logger.info({ shutdownTimeoutMs }, 'shutting down: no new connections, finishing in-flight requests')
       const stopped = new Promise<void>((resolve) => server.close(() => resolve()))
@@ -385,7 +474,8 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
 /** What of the grpc section the running listener keeps until a restart. */
 function grpcListenerKeys(config: ServiceConfig): string {
   const g = config.gateway.grpc
-  return g === undefined ? '' : JSON.stringify([g.host, g.port, g.maxConcurrentStreams])
+  // grpc.tls's files are read again; adding or removing it, or changing its client-auth, is not
+  return g === undefined ? '' : JSON.stringify([g.host, g.port, g.maxConcurrentStreams, g.tls === undefined, g.tls?.clientAuth])
 }
 
 async function readConfigText(file: string): Promise<string> {

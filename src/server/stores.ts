@@ -7,6 +7,7 @@ import { registerBuiltInStrategies } from '../strategies/built-in.js'
 import { MemoryStrategy } from '../strategies/memory.js'
 import { type FollowingClient, sentinelClientOptions, watchFailovers } from '../strategies/redis/sentinel.js'
 import { sentinelAddress } from './config-sentinels.js'
+import { readStoreTls, sslModeOf } from './config-tls.js'
 import type { StoreConfig } from './config.js'
 
 /** A Redis client as the service uses it: scripts for the algorithms, PING for readiness. */
@@ -102,7 +103,7 @@ export function storeSignature(store: StoreConfig, keyPrefix: string): string {
   if (store.type === 'memory') return 'memory'
   const sentinel =
     store.sentinels === undefined ? [] : [store.sentinels, store.masterName, digest(store.password), digest(store.sentinelPassword)]
-  return `${JSON.stringify([store.type, store.url ?? '', store.nodes ?? [], store.servers ?? [], store.schema ?? '', store.timeoutMs, store.batchAcrossSlots === true, ...sentinel])}|${keyPrefix}`
+  return `${JSON.stringify([store.type, store.url ?? '', store.nodes ?? [], store.servers ?? [], store.schema ?? '', store.timeoutMs, store.batchAcrossSlots === true, ...sentinel, store.tls ?? null])}|${keyPrefix}`
 }
 
 // a changed password opens new connections, and the signature holds no password
@@ -140,6 +141,8 @@ async function connectRedis(store: StoreConfig, onError: (err: Error) => void): 
     // timer of its own per command on the decision path
     retryStrategy: (times: number) => Math.min(100 * times, 2000),
     lazyConnect: true,
+    // store.tls: merged over the tls: true a rediss:// URL sets
+    ...(store.tls !== undefined ? { tls: await readStoreTls(store.tls) } : {}),
   }
   let client: ServiceRedisClient & { connect(): Promise<void> }
   if (store.nodes !== undefined) {
@@ -175,6 +178,24 @@ async function connectRedis(store: StoreConfig, onError: (err: Error) => void): 
   const connectMs = Math.max(store.timeoutMs, 1000)
   await withTimeout(client.connect(), connectMs, 'redis', 'connect').catch(onError)
   return client
+}
+
+/**
+ * The postgres URL with `store.tls`'s files as pg's `sslrootcert`, `sslcert` and `sslkey`
+ * (pg reads them; a URL's own TLS options win over a `ssl` object, so the URL carries them), and
+ * `sslmode=verify-full` unless the URL says otherwise. The files are read first, so a missing one
+ * is a ConfigFileError naming it.
+ */
+async function postgresUrl(store: StoreConfig): Promise<string> {
+  const url = store.url as string
+  if (store.tls === undefined) return url
+  await readStoreTls(store.tls)
+  const withTls = new URL(url)
+  if (sslModeOf(url) === undefined) withTls.searchParams.set('sslmode', 'verify-full')
+  if (store.tls.ca !== undefined) withTls.searchParams.set('sslrootcert', store.tls.ca)
+  if (store.tls.cert !== undefined) withTls.searchParams.set('sslcert', store.tls.cert)
+  if (store.tls.key !== undefined) withTls.searchParams.set('sslkey', store.tls.key)
+  return withTls.href
 }
 
 /** Options of {@link openStore}. */
@@ -221,7 +242,7 @@ export async function openStore(store: StoreConfig, options: OpenStoreOptions): 
     } else if (store.type === 'postgres') {
       // the registry's postgres factory runs migrate() (the counters table) before answering
       strategy = await makeBuiltIn('postgres', {
-        connectionString: store.url,
+        connectionString: await postgresUrl(store),
         ...(store.schema !== undefined ? { schema: store.schema } : {}),
         queryTimeoutMs: timeoutMs,
         onError: options.onError,

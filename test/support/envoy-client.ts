@@ -21,14 +21,14 @@ const definition = loadSync(['envoy/service/ratelimit/v3/rls.proto'], {
 })
 const rls = (grpc.loadPackageDefinition(definition) as any).envoy.service.ratelimit.v3
 
-/** A ShouldRateLimit client of the listener on 127.0.0.1:`port`. */
+/** A ShouldRateLimit client of the listener on 127.0.0.1:`port` (in clear unless `credentials` say TLS). */
 export interface RlsClient {
   call(request: Message): Promise<Message>
   close(): void
 }
 
-export function rlsClient(port: number): RlsClient {
-  const client = new rls.RateLimitService(`127.0.0.1:${port}`, grpc.credentials.createInsecure())
+export function rlsClient(port: number, credentials: grpc.ChannelCredentials = grpc.credentials.createInsecure()): RlsClient {
+  const client = new rls.RateLimitService(`127.0.0.1:${port}`, credentials)
   return {
     call: (request) =>
       new Promise((resolve, reject) =>

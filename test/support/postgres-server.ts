@@ -6,7 +6,7 @@
 import { execFile } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { existsSync, readdirSync } from 'node:fs'
-import { chown, mkdtemp, rm } from 'node:fs/promises'
+import { chmod, chown, copyFile, mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { promisify } from 'node:util'
@@ -72,8 +72,11 @@ export interface PrivatePostgres {
   destroy(): Promise<void>
 }
 
-/** initdb + pg_ctl start as the `postgres` user when run as root; about a second. */
-export async function startPrivatePostgres(): Promise<PrivatePostgres> {
+/**
+ * initdb + pg_ctl start as the `postgres` user when run as root; about a second. With `tls`
+ * (PEM files), only TLS connections with a client certificate of `ca` are accepted.
+ */
+export async function startPrivatePostgres(tls?: { cert: string; key: string; ca: string }): Promise<PrivatePostgres> {
   const bin = postgresBin()
   const dir = await mkdtemp(path.join(tmpdir(), 'rl-pg-'))
   const data = path.join(dir, 'data')
@@ -87,7 +90,28 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
     asRoot ? run('runuser', ['-u', 'postgres', '--', path.join(bin, cmd), ...args]) : run(path.join(bin, cmd), args)
   await exec('initdb', ['-D', data, '-A', 'trust', '-U', 'postgres', '--no-sync', '-E', 'UTF8'])
   const port = await freePort()
-  const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c max_connections=50`
+  let sslOptions = ''
+  if (tls !== undefined) {
+    // the server reads them as postgres, and wants its key readable by its owner only
+    for (const [name, file] of [
+      ['server.crt', tls.cert],
+      ['server.key', tls.key],
+      ['ca.crt', tls.ca],
+    ] as const) {
+      await copyFile(file, path.join(data, name))
+    }
+    await chmod(path.join(data, 'server.key'), 0o600)
+    if (asRoot) {
+      const { stdout } = await run('id', ['-u', 'postgres'])
+      const { stdout: gid } = await run('id', ['-g', 'postgres'])
+      for (const name of ['server.crt', 'server.key', 'ca.crt'])
+        await chown(path.join(data, name), Number(stdout.trim()), Number(gid.trim()))
+    }
+    await writeFile(path.join(data, 'pg_hba.conf'), 'local all all trust\nhostssl all all 127.0.0.1/32 trust clientcert=verify-ca\n')
+    if (asRoot) await run('chown', ['postgres:postgres', path.join(data, 'pg_hba.conf')])
+    sslOptions = ' -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key -c ssl_ca_file=ca.crt'
+  }
+  const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c max_connections=50${sslOptions}`
   let running = false
   const server: PrivatePostgres = {
     port,

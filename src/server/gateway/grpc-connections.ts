@@ -1,6 +1,7 @@
 import { lookup } from 'node:dns/promises'
 import { constants as h2, type Http2Session, type ServerHttp2Stream } from 'node:http2'
 import net from 'node:net'
+import type { Server as TlsServer, TLSSocket } from 'node:tls'
 import type * as Grpc from '@grpc/grpc-js'
 import type { Logger } from 'pino'
 import type { GrpcConfig } from '../config-gateway.js'
@@ -38,6 +39,12 @@ export interface GrpcConnectionsOptions {
   /** The server the connections are handed to (its services added). */
   readonly server: Grpc.Server
   readonly credentials: Grpc.ServerCredentials
+  /**
+   * gRPC over TLS: each accepted connection is handed to this (unlistening) server, and its
+   * decrypted socket to grpc-js once the handshake is done. Its secure context is the one in
+   * force (`setSecureContext` on reload).
+   */
+  readonly tls?: TlsServer
   readonly metrics: GatewayMetrics
   readonly logger: Logger
 }
@@ -226,6 +233,40 @@ export async function listenGrpc(options: GrpcConnectionsOptions): Promise<GrpcC
     session.on('stream', (stream: ServerHttp2Stream) => onStream(conn, stream))
   })
 
+  // the connections in their TLS handshake, by their TCP socket
+  const handshaking = new Map<net.Socket, Connection>()
+  const inject = (conn: Connection, socket: net.Socket) => {
+    injecting = conn
+    try {
+      injector.injectConnection(socket)
+    } finally {
+      injecting = undefined
+    }
+    if (http2Server !== undefined && conn.session === undefined && !socket.destroyed) {
+      // its streams cannot be seen: never closed as idle (grpc.max-connections still counts it)
+      clearTimeout(conn.timer)
+      if (!warnedUnseen)
+        logger.warn(
+          'a gRPC connection got its HTTP/2 session out of sight: grpc.idle-timeout-ms and grpc.max-stream-resets do not apply to it',
+        )
+      warnedUnseen = true
+    }
+  }
+  const tlsServer = options.tls
+  tlsServer?.on('secureConnection', (secure: TLSSocket) => {
+    // node:tls keeps the TCP socket it wrapped as _parent (Node 20; checked by the TLS tests)
+    const raw = (secure as unknown as { _parent?: net.Socket })._parent
+    const conn = raw === undefined ? undefined : handshaking.get(raw)
+    if (conn === undefined || conn.closing || closing) {
+      secure.destroy()
+      return
+    }
+    handshaking.delete(conn.socket)
+    secure.on('error', () => undefined)
+    inject(conn, secure)
+  })
+  // a failed handshake (no client certificate, an unknown CA): node:tls destroys the socket
+
   const onConnection = (socket: net.Socket) => {
     if (closing) {
       socket.destroy()
@@ -269,21 +310,14 @@ export async function listenGrpc(options: GrpcConnectionsOptions): Promise<GrpcC
       conn.timer = setTimeout(onIdleCheck, limits().idleTimeoutMs, conn)
       conn.timer.unref()
     }
-    injecting = conn
-    try {
-      injector.injectConnection(socket)
-    } finally {
-      injecting = undefined
+    if (tlsServer === undefined) {
+      inject(conn, socket)
+      return
     }
-    if (http2Server !== undefined && conn.session === undefined && !socket.destroyed) {
-      // its streams cannot be seen: never closed as idle (grpc.max-connections still counts it)
-      clearTimeout(conn.timer)
-      if (!warnedUnseen)
-        logger.warn(
-          'a gRPC connection got its HTTP/2 session out of sight: grpc.idle-timeout-ms and grpc.max-stream-resets do not apply to it',
-        )
-      warnedUnseen = true
-    }
+    // counted and timed from the TCP connection: a handshake that never ends is closed as idle
+    handshaking.set(socket, conn)
+    socket.once('close', () => handshaking.delete(socket))
+    tlsServer.emit('connection', socket)
   }
 
   let addresses: string[]

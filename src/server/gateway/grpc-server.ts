@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url'
 import type * as Grpc from '@grpc/grpc-js'
 import type * as ProtoLoader from '@grpc/proto-loader'
 import type * as GrpcHealth from 'grpc-health-check'
+import type { Server as TlsServer } from 'node:tls'
 import type { Logger } from 'pino'
 import { StoreError } from '../../core/errors.js'
 import type { GrpcConfig } from '../config-gateway.js'
@@ -41,6 +42,8 @@ export interface GrpcListenerOptions {
   readonly limits?: () => GrpcConnectionLimits
   /** `envoy.max-descriptors` in force, read at each request: more are refused before decoding. */
   readonly maxDescriptors: () => number
+  /** gRPC over TLS (`grpc.tls`): the TLS server the accepted connections go through (see listenGrpc). */
+  readonly tls?: TlsServer
   /** Override the config's host / port (tests, port 0). */
   readonly host?: string
   readonly port?: number
@@ -236,7 +239,9 @@ export async function startGrpcListener(options: GrpcListenerOptions): Promise<G
     port: options.port ?? config.port,
     limits: options.limits ?? (() => config),
     server,
+    // with grpc.tls, grpc-js gets the decrypted socket: TLS ends in the service, which rotates it
     credentials: grpc.ServerCredentials.createInsecure(),
+    ...(options.tls !== undefined ? { tls: options.tls } : {}),
     metrics,
     logger,
   })

@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module'
+import type { ConnectionOptions } from 'node:tls'
 import type * as Ioredis from 'ioredis'
 import { ConfigError } from '../../core/errors.js'
 import { clientProblem, type RedisAdapter, redisAdapter, type SupportedRedisClient } from './client-adapter.js'
@@ -75,6 +76,12 @@ export interface RedisStrategyOptions {
    * @default false
    */
   readonly batchAcrossSlots?: boolean
+  /**
+   * With `url` or `sentinels`: TLS options of the client the strategy makes (node:tls's, such as
+   * `ca`, `cert` and `key` for a server with `--tls-auth-clients yes`), merged over what a
+   * `rediss://` URL turns on. Refused with `client`: configure that client's TLS yourself.
+   */
+  readonly tls?: ConnectionOptions
 }
 
 // Most key-windows in one script call when batching across slots: bounds the time one call holds Redis.
@@ -104,6 +111,15 @@ export function resolveRedisOptions(options: RedisStrategyOptions): ResolvedRedi
   const { client, url, prefix = 'rl', graceMs = 10_000, scanCount = 1000, batchAcrossSlots = false } = options
   if (client !== undefined && url !== undefined) throw new ConfigError('INVALID_OPTION', 'redis: give either client or url, not both')
   const sentinels = checkSentinelOptions(options)
+  const tls = options.tls
+  if (tls !== undefined && (typeof tls !== 'object' || tls === null))
+    throw new ConfigError('INVALID_OPTION', `redis: tls must be an object of node:tls options, got ${JSON.stringify(tls)}`)
+  if (tls !== undefined && client !== undefined)
+    throw new ConfigError(
+      'INVALID_OPTION',
+      'redis: tls is for the client made from url or sentinels; configure the TLS of your client instead',
+    )
+  const tlsOption = tls === undefined ? {} : { tls }
   if (typeof prefix !== 'string' || prefix.length === 0 || /[{}]/.test(prefix))
     throw new ConfigError('INVALID_OPTION', `redis: prefix must be a non-empty string without braces, got ${JSON.stringify(prefix)}`)
   if (typeof graceMs !== 'number' || !Number.isFinite(graceMs) || graceMs < 0)
@@ -137,7 +153,7 @@ export function resolveRedisOptions(options: RedisStrategyOptions): ResolvedRedi
     // sync) instead of queueing every sync in memory until the server is back. No
     // auto-pipelining: it sends one batch per connection at a time, so a single lost reply
     // would stall every later call until the connection drops.
-    const redis = new (ioredis().Redis)(url, { maxRetriesPerRequest: 1 })
+    const redis = new (ioredis().Redis)(url, { maxRetriesPerRequest: 1, ...tlsOption })
     // failures reach callers through the failed calls (the engine's onError); without a
     // listener ioredis would print every connection error
     redis.on('error', () => undefined)
@@ -146,7 +162,7 @@ export function resolveRedisOptions(options: RedisStrategyOptions): ResolvedRedi
   } else if (sentinels) {
     // as from url: one retry per command, no auto-pipelining
     const { Redis } = ioredis()
-    const redis = new Redis({ ...sentinelClientOptions(options), maxRetriesPerRequest: 1 })
+    const redis = new Redis({ ...sentinelClientOptions(options), maxRetriesPerRequest: 1, ...tlsOption })
     redis.on('error', () => undefined)
     watchFailovers(redis, Redis, options)
     resolvedClient = redis as unknown as RedisClientLike
