@@ -9,34 +9,14 @@
  *   node --import tsx bench/wildcards.bench.ts --quick    no 1 MB values, fewer repeats
  */
 import { cpus, loadavg } from 'node:os'
-import { WildcardSet } from '../src/server/gateway/wildcards.js'
+import { globMatch, WildcardSet } from '../src/server/gateway/wildcards.js'
 
 const quick = process.argv.includes('--quick')
 
-/**
- * The baseline: the matching loop of src/server/gateway/domains-match.ts before the one-pass
- * match, copied unchanged (`wildcardMatch`, then the first matching pattern in config order).
- */
-function wildcardMatch(parts: readonly string[], value: string): boolean {
-  const first = parts[0] ?? ''
-  if (parts.length === 1) return first === value
-  const last = parts[parts.length - 1] ?? ''
-  if (!value.startsWith(first) || !value.endsWith(last)) return false
-  let fixed = 0
-  for (const p of parts) fixed += p.length
-  if (value.length < fixed) return false
-  let rest = value.slice(first.length, value.length - last.length)
-  for (let i = 1; i < parts.length - 1; i++) {
-    const part = parts[i] ?? ''
-    const at = rest.indexOf(part)
-    if (at < 0) return false
-    rest = rest.slice(at + part.length)
-  }
-  return true
-}
-
+// The baseline is the loop the reference uses and levels of a few patterns still use (globMatch:
+// one indexOf per part, each pattern in turn, the first matching one in config order).
 function oldFirstMatch(level: readonly (readonly string[])[], value: string): number {
-  for (let i = 0; i < level.length; i++) if (wildcardMatch(level[i] as string[], value)) return i
+  for (let i = 0; i < level.length; i++) if (globMatch(level[i] as string[], value)) return i
   return -1
 }
 

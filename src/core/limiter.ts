@@ -1,8 +1,8 @@
 import { type AcquireOptions, checkMaxQueue, keyQueuesOf, type ScheduleOptions } from './acquire.js'
 import { BLOCK_MS_RULE, isBlockMs } from './blocks.js'
 import type { WindowTable } from './counter-table.js'
-import { ConfigError, StoreError, usageRangeError } from './errors.js'
-import { Decisions } from './decisions.js'
+import { ConfigError, type StoreError, usageRangeError } from './errors.js'
+import { EscrowDecisions } from './escrow-decisions.js'
 import type { Limit } from './limit-set.js'
 import type { Decision, HitOptions, LimiterOptions, WindowCounts } from './limiter-types.js'
 import { KeyLists, listedDecision, type ListVerdict } from './key-lists.js'
@@ -10,7 +10,6 @@ import type { Namespace } from './namespace.js'
 import { rowsRate } from './previous-reads.js'
 import { type RefundOptions, refundTime, takeBack } from './refund.js'
 import type { CounterRow } from './strategy.js'
-import type { GrantOutcome } from './store-link.js'
 
 export type { Decision, HitOptions, LimiterOptions, LimitSpec, LimitState, WindowCounts } from './limiter-types.js'
 
@@ -23,7 +22,7 @@ export type { Decision, HitOptions, LimiterOptions, LimitSpec, LimitState, Windo
  * const d = await limiter.hit('1.2.3.4') // a Decision, or in a synchronous namespace a Promise of one
  * if (!d.allowed) console.log(`retry in ${d.retryAfterMs} ms`)
  */
-export class Limiter extends Decisions {
+export class Limiter extends EscrowDecisions {
   /** Option `maxQueue`. */
   readonly maxQueue: number
   // undefined when no list is set: the hot path then pays one field test
@@ -272,7 +271,7 @@ export class Limiter extends Decisions {
     )
   }
 
-  private peekLocal(
+  protected peekLocal(
     key: string,
     cost: number,
     nowMs: number,
@@ -356,119 +355,6 @@ export class Limiter extends Decisions {
     // the store has the hit (take it back) or must learn of the block: one push in the background (retried on failure)
     if (storeError === undefined && (takeBack || d.blocked === true)) void ns.pushKey(key, this.tables, nowMs).catch(() => undefined)
     return d
-  }
-
-  // ---- escrow (docs/ARCHITECTURE.md, "Escrow") ----
-
-  // A hit in an escrow namespace: admitted on the budget held here (no I/O), denied here while
-  // the store's last refusal holds (no I/O), else decided once the store answers a grant.
-  private hitEscrow(key: string, cost: number, nowMs: number, override: number | undefined): Decision | Promise<Decision> {
-    const applied = this.set.apply(key, override)
-    const tables = this.tables
-    // a cost above a limit can never be admitted: denied without a store call or a count
-    for (let i = 0; i < applied.length; i++)
-      if (cost > (applied[i] as number)) return this.peekLocal(key, cost, nowMs, undefined, undefined, override)
-    const link = this.namespace.escrowLink
-    if (link.leaseValid(nowMs)) {
-      if (tables.length === 1) {
-        const l = this.limits[0] as Limit
-        const rate = l.table.spend(key, cost, nowMs)
-        if (rate === rate) return this.single(l, applied[0] as number, true, rate, nowMs, 0)
-      } else {
-        let covered = true
-        for (let i = 0; i < tables.length && covered; i++) covered = (tables[i] as WindowTable).covers(key, cost, nowMs)
-        if (covered) {
-          for (let i = 0; i < tables.length; i++) (tables[i] as WindowTable).spend(key, cost, nowMs)
-          return this.escrowAnswer(key, cost, nowMs, true, undefined)
-        }
-      }
-    }
-    for (let i = 0; i < tables.length; i++)
-      if ((tables[i] as WindowTable).refusedUntil(key) > nowMs) return this.escrowDenied(key, cost, nowMs, undefined)
-    // the store is learning or just failed: onStoreError decides, without a call per hit
-    const quiet = link.quiet(nowMs)
-    if (quiet !== undefined) return this.escrowFallback(key, cost, nowMs, quiet)
-    return link.grant(key, tables, cost, applied, nowMs).then((outcome) => this.afterGrant(key, cost, nowMs, override, outcome))
-  }
-
-  // A hit that asked for a grant: undefined outcome means another grant of the key was in flight (decide again).
-  private afterGrant(
-    key: string,
-    cost: number,
-    nowMs: number,
-    override: number | undefined,
-    outcome: GrantOutcome | undefined,
-  ): Decision | Promise<Decision> {
-    if (outcome === undefined) return this.hitEscrow(key, cost, nowMs, override)
-    const applied = this.set.apply(key, override)
-    if (!outcome.answered) return this.escrowFallback(key, cost, nowMs, outcome.error)
-    const tables = this.tables
-    let covered = true
-    for (let i = 0; i < tables.length && covered; i++) covered = (tables[i] as WindowTable).covers(key, cost, nowMs)
-    if (covered) {
-      for (let i = 0; i < tables.length; i++) (tables[i] as WindowTable).spend(key, cost, nowMs)
-      return this.escrowAnswer(key, cost, nowMs, true, undefined)
-    }
-    // the store had no room for it: denied here, without a store call, until room can come back
-    for (let i = 0; i < tables.length; i++) {
-      const table = tables[i] as WindowTable
-      if (!table.covers(key, cost, nowMs)) table.refuse(key, table.refusalEnd(key, cost, applied[i] as number, nowMs))
-    }
-    return this.escrowDenied(key, cost, nowMs, undefined)
-  }
-
-  // No grant could be had (the store failed, or is learning after it lost its data): onStoreError decides.
-  private escrowFallback(key: string, cost: number, nowMs: number, error: StoreError | undefined): Decision {
-    const ns = this.namespace
-    const storeError =
-      error ??
-      new StoreError(
-        'STORE_UNAVAILABLE',
-        ns.escrowLink.strategyName,
-        'escrow: the store is not granting budgets yet (it began a new epoch)',
-      )
-    const applied = this.set.current
-    let allowed: boolean
-    switch (ns.onStoreError) {
-      case 'allow':
-        allowed = true
-        break
-      case 'deny':
-        allowed = false
-        break
-      case 'share': {
-        const n = ns.escrowLink.nodesSeen
-        allowed = true
-        for (let i = 0; i < this.tables.length && allowed; i++)
-          allowed = (this.tables[i] as WindowTable).mine(key, nowMs) + cost <= (applied[i] as number) / n
-        break
-      }
-      default: {
-        allowed = true
-        for (let i = 0; i < this.tables.length && allowed; i++)
-          allowed = (this.tables[i] as WindowTable).rate(key, nowMs) + cost <= (applied[i] as number)
-      }
-    }
-    if (allowed || this.countDenied)
-      for (let i = 0; i < this.tables.length; i++) (this.tables[i] as WindowTable).countOutside(key, cost, nowMs)
-    return this.escrowAnswer(key, cost, nowMs, allowed, storeError)
-  }
-
-  // A denial on the budgets: counted outside them with countDenied (a penalty the next sync writes).
-  private escrowDenied(key: string, cost: number, nowMs: number, storeError: StoreError | undefined): Decision {
-    if (this.countDenied) for (let i = 0; i < this.tables.length; i++) (this.tables[i] as WindowTable).countOutside(key, cost, nowMs)
-    return this.escrowAnswer(key, cost, nowMs, false, storeError)
-  }
-
-  // The Decision of an escrow hit from this process's view (others' reservations as last granted).
-  private escrowAnswer(key: string, cost: number, nowMs: number, allowed: boolean, storeError: StoreError | undefined): Decision {
-    for (let i = 0; i < this.limits.length; i++) {
-      const rate = (this.limits[i] as Limit).table.rate(key, nowMs)
-      this.rates[i] = rate
-      this.before[i] = allowed || this.countDenied ? rate - cost : rate
-    }
-    const d = this.decision(key, cost, nowMs, allowed, storeError)
-    return allowed || !this.blocksOnDeny ? d : this.startBlock(d, key, cost, nowMs)
   }
 
   // The decision of a listed key, with the limits that key would have.

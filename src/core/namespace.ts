@@ -7,6 +7,7 @@ import { ConfigError, usageRangeError, usageTypeError } from './errors.js'
 import type { OnStoreError, ResolvedNamespaceOptions, SyncMode } from './options.js'
 import { rowsRate } from './previous-reads.js'
 import { ResetFloors } from './refund.js'
+import type { EscrowLink } from './escrow-link.js'
 import { StoreLink, type StrategyResolver } from './store-link.js'
 import type { CounterRow } from './strategy.js'
 import { SyncLoop } from './sync-loop.js'
@@ -174,9 +175,9 @@ export class Namespace {
     )
   }
 
-  /** Escrow: the store link (grants, the lease, the processes seen). */
-  get escrowLink(): StoreLink {
-    return this.link as StoreLink
+  /** Escrow: the store link's escrow half (grants, the lease, the processes seen). */
+  get escrowLink(): EscrowLink {
+    return (this.link as StoreLink).escrow as EscrowLink
   }
 
   /** One round trip for one key (synchronous mode); see {@link StoreLink.pushKey}. */

@@ -3,6 +3,7 @@ import type { Clock } from './clock.js'
 import type { WindowTable } from './counter-table.js'
 import type { StoreError } from './errors.js'
 import type { ResolvedNamespaceOptions } from './options.js'
+import type { EscrowLink } from './escrow-link.js'
 import type { StoreLink } from './store-link.js'
 import { ioTimers } from './io-timers.js'
 import type { WindowPush, WindowRef } from './strategy.js'
@@ -49,7 +50,7 @@ export class SyncLoop {
     this.clock = clock
     link.onWriteFailed = () => this.scheduleRetry()
     // escrow: the store lost its reservations; every process writes its hits again within the learning period
-    link.onEpochLost = () => void this.sync(false).catch(() => undefined)
+    if (link.escrow !== undefined) link.escrow.onEpochLost = () => void this.sync(false).catch(() => undefined)
     this.arm()
   }
 
@@ -164,7 +165,7 @@ export class SyncLoop {
     if (windows.length === 0 && this.tables.every((t) => t.size === 0)) return
     let error: StoreError | undefined
     try {
-      await this.link.sendEscrow(windows, nowMs)
+      await (this.link.escrow as EscrowLink).sendEscrow(windows, nowMs)
       this.syncs++
       this.lastSyncAtMs = nowMs
     } catch (err) {

@@ -1,0 +1,214 @@
+import type { WindowTable } from './counter-table.js'
+import { StoreError } from './errors.js'
+import type { ResolvedNamespaceOptions } from './options.js'
+import type { StoreLink } from './store-link.js'
+import type { EscrowReply, GrantRequest, GrantRow, WindowPush } from './strategy.js'
+import { withTimeout } from './timeout.js'
+
+/** How an escrow grant ended: answered (its rows applied: the budgets say what was granted), or no grant could be had. */
+export type GrantOutcome = { readonly answered: true } | { readonly answered: false; readonly error: StoreError | undefined }
+
+const ANSWERED: GrantOutcome = { answered: true }
+const LEARNING: GrantOutcome = { answered: false, error: undefined }
+
+// One key's grant requests of this event-loop turn, by table, and who waits on them.
+interface PendingGrant {
+  readonly requests: Map<WindowTable, GrantRequest>
+  readonly done: Promise<GrantOutcome>
+  resolve(outcome: GrantOutcome): void
+}
+
+/**
+ * The escrow half of a namespace's store link (docs/ARCHITECTURE.md, "Escrow"): the grants of one
+ * event-loop turn in one call, the grants in flight per key, the sync's writes, the store's
+ * epoch, the lease, the quiet spell after a failure or while the store learns, and the processes
+ * the store counts. Its calls share the link's strategy, seq, deadline and error reports.
+ */
+export class EscrowLink {
+  /** How long after its epoch begins the store refuses grants; also how long a budget may be spent without an answered call. */
+  readonly learnMs: number
+  /** Called when the store answers a new epoch (it lost its reservations): the sync loop writes the hits again at once. */
+  onEpochLost: () => void = () => undefined
+  /** Processes of the namespace, as the store's last answer counted them (at least 1). */
+  nodesSeen = 1
+  private epochMs: number | undefined
+  // no grant is asked for before this time (engine clock): the store is learning, or just failed
+  private quietUntilMs = Number.NEGATIVE_INFINITY
+  // send time (engine clock) of the newest call the store answered in the current epoch
+  private contactMs = Number.NEGATIVE_INFINITY
+  private turn: { readonly nowMs: number; readonly keys: Map<string, PendingGrant> } | undefined
+  private readonly inflight = new Map<string, Promise<GrantOutcome>>()
+
+  private readonly link: StoreLink
+  private readonly tables: readonly WindowTable[]
+  private readonly options: ResolvedNamespaceOptions
+
+  constructor(link: StoreLink, tables: readonly WindowTable[], options: ResolvedNamespaceOptions) {
+    this.link = link
+    this.tables = tables
+    this.options = options
+    this.learnMs = 2 * options.syncRate * 1000 + 2 * options.storeTimeoutMs
+  }
+
+  /** The store's name for messages. */
+  get strategyName(): string {
+    return this.link.strategyName
+  }
+
+  /**
+   * Escrow: why no grant is asked for at `nowMs`, or undefined when one may be: the store is
+   * learning (until its learning period ends) or failed (for a sync interval, at most a second):
+   * meanwhile hits are decided by `onStoreError` without a store call each.
+   */
+  quiet(nowMs: number): StoreError | undefined {
+    return nowMs < this.quietUntilMs ? this.quietReason : undefined
+  }
+
+  private quietReason: StoreError | undefined
+
+  /** Escrow: whether budgets may be spent at `nowMs`: the store answered a call sent less than `learnMs` before. */
+  leaseValid(nowMs: number): boolean {
+    return nowMs < this.contactMs + this.learnMs
+  }
+
+  /**
+   * Escrow: asks the store for budget for a hit of `cost` on `key` in `tables` (each with its
+   * limit in `limits`). The requests of one event-loop turn go out as one call; a second hit of
+   * a key in the same turn adds its cost to the first one's request. A key whose grant is in
+   * flight waits for it and resolves undefined (decide again: the budget may cover it now).
+   */
+  grant(
+    key: string,
+    tables: readonly WindowTable[],
+    cost: number,
+    limits: ArrayLike<number>,
+    nowMs: number,
+  ): Promise<GrantOutcome | undefined> {
+    const inflight = this.inflight.get(key)
+    if (inflight !== undefined) return inflight.then(() => undefined)
+    let turn = this.turn
+    if (turn === undefined) {
+      const started = { nowMs, keys: new Map<string, PendingGrant>() }
+      this.turn = turn = started
+      queueMicrotask(() => this.flushGrants(started))
+    }
+    let pending = turn.keys.get(key)
+    if (pending === undefined) {
+      let resolve: (outcome: GrantOutcome) => void = () => undefined
+      const done = new Promise<GrantOutcome>((r) => (resolve = r))
+      pending = { requests: new Map(), done, resolve }
+      turn.keys.set(key, pending)
+    }
+    for (let i = 0; i < tables.length; i++) {
+      const table = tables[i] as WindowTable
+      const asked = pending.requests.get(table)
+      if (asked === undefined) pending.requests.set(table, table.grantRequest(key, cost, limits[i] as number, nowMs))
+      else pending.requests.set(table, { ...asked, target: asked.target + cost, minimum: asked.minimum + cost })
+    }
+    return pending.done
+  }
+
+  // Sends one turn's grants as one call and applies the answer.
+  private flushGrants(turn: { readonly nowMs: number; readonly keys: Map<string, PendingGrant> }): void {
+    if (this.turn === turn) this.turn = undefined
+    const seq = this.link.nextSeq()
+    const grants: GrantRequest[] = []
+    const owners: WindowTable[] = []
+    for (const [key, pending] of turn.keys) {
+      for (const [table, request] of pending.requests) {
+        grants.push(request)
+        owners.push(table)
+        table.noteGrantSent(key, seq)
+      }
+      this.inflight.set(key, pending.done)
+    }
+    const settle = (outcome: GrantOutcome) => {
+      for (const [key, pending] of turn.keys) {
+        if (this.inflight.get(key) === pending.done) this.inflight.delete(key)
+        pending.resolve(outcome)
+      }
+    }
+    const nowMs = turn.nowMs
+    this.callEscrow(seq, nowMs, [], grants).then(
+      (reply) => {
+        if (!this.acceptEpoch(reply, nowMs)) return settle(LEARNING)
+        if (reply.learning) {
+          this.quietReason = new StoreError(
+            'STORE_UNAVAILABLE',
+            this.link.strategyName,
+            'escrow: the store grants no budget while it learns (the first learnMs of its epoch)',
+          )
+          this.quietUntilMs = reply.epochMs + this.learnMs
+          return settle({ answered: false, error: this.quietReason })
+        }
+        for (let i = 0; i < reply.grants.length; i++) (owners[i] as WindowTable).applyEscrow(reply.grants[i] as GrantRow, seq, nowMs)
+        settle(ANSWERED)
+      },
+      (err: unknown) => {
+        const error = this.link.report(err)
+        this.quietReason = error
+        this.quietUntilMs = nowMs + Math.min(1000, this.options.syncRate * 1000)
+        settle({ answered: false, error })
+      },
+    )
+  }
+
+  /**
+   * Escrow: one sync's writes (returns of budget, hits counted while denied, hits written again)
+   * as one call per `batchSize`, or, with nothing to write, one empty call that renews the lease
+   * and learns the store's epoch. Rejects with the failure (the caller queues the keys again).
+   */
+  async sendEscrow(windows: readonly WindowPush[], nowMs: number): Promise<void> {
+    const batchSize = this.options.batchSize
+    let w = 0
+    do {
+      const writes = windows.slice(w, w + batchSize)
+      w += writes.length
+      const seq = this.link.nextSeq()
+      for (const write of writes) this.link.tableOf(write.windowSizeMs)?.noteSent(write.key, write.windowStartMs, write.count, seq)
+      const reply = await this.callEscrow(seq, nowMs, writes, [])
+      if (!this.acceptEpoch(reply, nowMs)) continue
+      for (const row of reply.rows) this.link.tableOf(row.windowSizeMs)?.applyEscrow(row, seq, nowMs)
+    } while (w < windows.length)
+  }
+
+  private async callEscrow(
+    seq: number,
+    nowMs: number,
+    windows: readonly WindowPush[],
+    grants: readonly GrantRequest[],
+  ): Promise<EscrowReply> {
+    const strategy = await this.link.load()
+    if (strategy.escrow === undefined)
+      throw new StoreError('STORE_UNAVAILABLE', strategy.name, `the ${strategy.name} strategy does not serve escrow namespaces`)
+    const batch = {
+      namespace: this.link.namespace,
+      nodeId: this.link.nodeId,
+      seq,
+      nowMs,
+      learnMs: this.learnMs,
+      windows,
+      refresh: [],
+      grants,
+    }
+    return withTimeout(strategy.escrow(batch), this.options.storeTimeoutMs, strategy.name, 'escrow')
+  }
+
+  // Takes the epoch a reply answers: a newer one means the store lost every reservation (every
+  // budget here is dropped, the hits written again); an older one is a reply from before that,
+  // whose rows are ignored (false). A reply renews the lease from the time its call was sent.
+  private acceptEpoch(reply: EscrowReply, sentAtMs: number): boolean {
+    if (this.epochMs !== undefined && reply.epochMs < this.epochMs) return false
+    if (this.epochMs !== undefined && reply.epochMs > this.epochMs) {
+      for (const table of this.tables) table.escrowLost()
+      this.contactMs = Number.NEGATIVE_INFINITY
+      this.epochMs = reply.epochMs
+      this.onEpochLost()
+      return true
+    }
+    this.epochMs = reply.epochMs
+    if (sentAtMs > this.contactMs) this.contactMs = sentAtMs
+    this.nodesSeen = Math.max(1, reply.nodes)
+    return true
+  }
+}
