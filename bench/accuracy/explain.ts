@@ -8,10 +8,10 @@
  *
  *   npm run bench:accuracy:explain -- --profile steady --sync 0.5 --no-count-denied
  *   npm run bench:accuracy:explain -- --profile boundary --sync 2
- *   npm run bench:accuracy:explain -- --profile poisson --sync 2 --seed 2 --predict
+ *   npm run bench:accuracy:explain -- --profile poisson --sync 2 --seed 2 --escrow
  *
  * Flags: --profile (poisson, steady, boundary, pacing), --nodes (8), --sync seconds (0.5),
- * --duration seconds (as run.ts: 600 for poisson, 1200 for the others), --seed (1), --predict,
+ * --duration seconds (as run.ts: 600 for poisson, 1200 for the others), --seed (1), --escrow (the counter with escrow),
  * --no-count-denied, --key N (the Nth worst key, from 0). Limit 100 per 60 s, hits to the
  * processes in turn.
  */
@@ -27,7 +27,7 @@ const { values } = parseArgs({
     duration: { type: 'string' },
     seed: { type: 'string', default: '1' },
     key: { type: 'string', default: '0' },
-    predict: { type: 'boolean', default: false },
+    escrow: { type: 'boolean', default: false },
     'no-count-denied': { type: 'boolean', default: false },
   },
 })
@@ -65,7 +65,7 @@ interface Decision {
 const decisions: Decision[][] = trace.keyNames.map(() => [])
 await runCell(
   trace,
-  { algorithm: algorithmEntry(values.predict ? 'counter-predict' : 'counter'), nodes, syncRate },
+  { algorithm: algorithmEntry(values.escrow ? 'counter-escrow' : 'counter'), nodes, syncRate },
   {
     limit: LIMIT,
     windowSec: WINDOW_MS / 1000,
@@ -90,7 +90,7 @@ over.sort((a, b) => b.count - a.count)
 const t0 = trace.times[0] as number
 const sec = (t: number) => ((t - t0) / 1000).toFixed(3)
 console.log(
-  `${profile}, ${nodes} processes, sync ${syncRate} s, seed ${seed}, ${countDenied ? 'denied hits count' : 'denied hits do not count'}${values.predict ? ', predict' : ''}: ${over.length} key(s) over ${LIMIT} per ${WINDOW_MS / 1000} s`,
+  `${profile}, ${nodes} processes, sync ${syncRate} s, seed ${seed}, ${countDenied ? 'denied hits count' : 'denied hits do not count'}${values.escrow ? ', escrow' : ''}: ${over.length} key(s) over ${LIMIT} per ${WINDOW_MS / 1000} s`,
 )
 for (const o of over.slice(0, 5)) console.log(`  ${trace.keyNames[o.key]}: ${o.count} admitted in [${sec(o.from)} s, ${sec(o.to)} s]`)
 const shown = over[nth]

@@ -57,16 +57,14 @@ function oursHit(ours: Ours, clock: Clock | undefined, limit: number): MemoryTar
 }
 
 /** Our `limiter.hit` with one of the limiter's options (what a feature costs when on), allowed. */
-function oursHitWith(ours: Ours, feature: 'per-key' | 'override' | 'lists' | 'periodic' | 'predict' | 'block-ms'): MemoryTarget {
+function oursHitWith(ours: Ours, feature: 'per-key' | 'override' | 'lists' | 'periodic' | 'block-ms'): MemoryTarget {
   const rl = ours.RateLimiting.newInstance(`bench-${++instances}`)
-  const periodic = feature === 'periodic' || feature === 'predict'
+  const periodic = feature === 'periodic'
   rl.new({
     namespace: 'bench',
     windowSizes: [WINDOW_SEC],
     // periodic: hits queue their keys for a sync that never runs here (autoSync off)
-    ...(periodic
-      ? { syncRate: 1, strategy: new ours.MemoryStrategy(), autoSync: false, predict: feature === 'predict' }
-      : { syncRate: -1 }),
+    ...(periodic ? { syncRate: 1, strategy: new ours.MemoryStrategy(), autoSync: false } : { syncRate: -1 }),
   })
   const limiter = rl.limiter({
     namespace: 'bench',
@@ -198,7 +196,6 @@ export function subjects(ours: Ours): Subject[] {
         ['override', 'a `{ limit }` override per hit'],
         ['lists', 'a deny and an allow list (no key listed)'],
         ['periodic', 'periodic namespace (no sync runs)'],
-        ['predict', 'periodic namespace with `predict: true` (no sync runs)'],
         ['block-ms', 'a limit with `blockMs` (no key blocked: a block lookup per hit)'],
       ] as const
     ).map(([feature, what]): Subject => ({

@@ -2,7 +2,6 @@ import { SLOT, type WindowTable } from './counter-table.js'
 
 // The slot layout, read once when the module loads (counter-table.ts defines it, next to the hot path).
 const { STRIDE, START, CUR_MINE, CUR_ACKED, PREV_MINE, PREV_ACKED, REFERENCED, ESC_STRIDE } = SLOT
-import { PRED_STRIDE } from './predict.js'
 
 import { windowStartMs } from './window.js'
 
@@ -46,8 +45,6 @@ export class CounterDict {
   readonly maxKeys: number
   readonly tables: WindowTable[] = []
   data: Float64Array
-  /** The estimator's columns per slot (predict.ts), made when a table predicts; else empty. */
-  pred = new Float64Array(0)
   /** An escrow table's columns per slot (counter-table.ts: ESC_*), made when a table uses escrow; else empty. */
   esc = new Float64Array(0)
   flags: Uint8Array
@@ -70,15 +67,6 @@ export class CounterDict {
     this.data = new Float64Array(this.capacity * STRIDE)
     this.flags = new Uint8Array(this.capacity)
     this.owner = new Uint16Array(this.capacity)
-  }
-
-  /** Makes (or grows) the estimator's columns: a table of this dict predicts. */
-  enablePrediction(): void {
-    const size = Math.max(this.capacity, this.data.length / STRIDE) * PRED_STRIDE
-    if (this.pred.length >= size) return
-    const pred = new Float64Array(size)
-    pred.set(this.pred)
-    this.pred = pred
   }
 
   /** Makes (or grows) the escrow columns: a table of this dict uses escrow. */
@@ -133,7 +121,6 @@ export class CounterDict {
     this.tables[this.owner[slot] as number]?.slots.delete(key)
     this.keys[slot] = undefined
     this.data.fill(0, slot * STRIDE, slot * STRIDE + STRIDE)
-    if (this.pred.length > 0) this.pred.fill(0, slot * PRED_STRIDE, slot * PRED_STRIDE + PRED_STRIDE)
     if (this.esc.length > 0) this.esc.fill(0, slot * ESC_STRIDE, slot * ESC_STRIDE + ESC_STRIDE)
     this.flags[slot] = 0
     this.free.push(slot)
@@ -209,7 +196,6 @@ export class CounterDict {
     const owner = new Uint16Array(capacity)
     owner.set(this.owner)
     this.data = data
-    if (this.pred.length > 0) this.enablePrediction()
     if (this.esc.length > 0) this.enableEscrow()
     this.flags = flags
     this.owner = owner

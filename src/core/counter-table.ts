@@ -1,5 +1,4 @@
 import type { CounterDict } from './counter-dict.js'
-import { estimate, observe } from './predict.js'
 import type { CounterRow, GrantRequest, GrantRow, WindowPush, WindowRef } from './strategy.js'
 import { retryAfterMs, slidingRate, windowStartMs } from './window.js'
 
@@ -61,8 +60,6 @@ export class WindowTable {
   readonly synced: boolean
   /** Whether a hit queues its key for the next periodic sync (see {@link collect}). */
   readonly queuesHits: boolean
-  /** With prediction (predict.ts), the longest time its estimate covers, ms (the sync interval); else 0. */
-  readonly predictMs: number
   /** Whether hits are admitted against budgets granted by the store (an escrow namespace). */
   readonly escrow: boolean
   readonly slots = new Map<string, number>()
@@ -82,10 +79,8 @@ export class WindowTable {
   // The round-robin over every held key that refreshes idle ones, a slice per sync.
   private sweeper: IterableIterator<number> | undefined
 
-  constructor(dict: CounterDict, namespace: string, sizeMs: number, synced: boolean, queuesHits: boolean, predictMs = 0, escrow = false) {
+  constructor(dict: CounterDict, namespace: string, sizeMs: number, synced: boolean, queuesHits: boolean, escrow = false) {
     this.dict = dict
-    this.predictMs = predictMs
-    if (predictMs > 0) dict.enablePrediction()
     this.escrow = escrow
     if (escrow) dict.enableEscrow()
     this.namespace = namespace
@@ -140,8 +135,7 @@ export class WindowTable {
     const base = slot * STRIDE
     const start = nowMs < this.endMs && nowMs >= this.startMs ? this.startMs : this.moveTo(nowMs)
     if ((d[base + START] as number) < start) this.roll(base, start)
-    let rate = slotRate(d, base, (this.endMs - nowMs) / this.sizeMs)
-    if (this.predictMs > 0) rate += estimate(this.dict.pred, slot, d[base + CUR_OTHERS] as number, start, nowMs, this.predictMs)
+    const rate = slotRate(d, base, (this.endMs - nowMs) / this.sizeMs)
     const allowed = rate + cost <= limit
     this.lastAllowed = allowed
     if (!allowed && (!countDenied || cost > limit)) return rate
@@ -165,13 +159,12 @@ export class WindowTable {
     const base = slot * STRIDE
     const start = nowMs < this.endMs && nowMs >= this.startMs ? this.startMs : this.moveTo(nowMs)
     if ((d[base + START] as number) < start) this.roll(base, start)
-    let rate = slotRate(d, base, (this.endMs - nowMs) / this.sizeMs)
-    if (this.predictMs > 0) rate += estimate(this.dict.pred, slot, d[base + CUR_OTHERS] as number, start, nowMs, this.predictMs)
+    const rate = slotRate(d, base, (this.endMs - nowMs) / this.sizeMs)
     if (curDiff === undefined) return rate
     return rate + curDiff - ((d[base + CUR_MINE] as number) - (d[base + CUR_ACKED] as number))
   }
 
-  /** Current (with any prediction) and previous window totals, this process's hits included, of `key` at `nowMs`. */
+  /** Current and previous window totals, this process's hits included, of `key` at `nowMs`. */
   counts(key: string, nowMs: number): { current: number; previous: number } {
     const slot = this.slots.get(key)
     if (slot === undefined) return { current: 0, previous: 0 }
@@ -179,9 +172,8 @@ export class WindowTable {
     const base = slot * STRIDE
     const start = windowStartMs(nowMs, this.sizeMs)
     if ((d[base + START] as number) < start) this.roll(base, start)
-    const predicted = this.predictMs > 0 ? estimate(this.dict.pred, slot, d[base + CUR_OTHERS] as number, start, nowMs, this.predictMs) : 0
     return {
-      current: (d[base + CUR_MINE] as number) + (d[base + CUR_OTHERS] as number) + predicted,
+      current: (d[base + CUR_MINE] as number) + (d[base + CUR_OTHERS] as number),
       previous: (d[base + PREV_MINE] as number) + (d[base + PREV_OTHERS] as number),
     }
   }
@@ -312,7 +304,6 @@ export class WindowTable {
     else if (row.windowStartMs === slotStart - sizeMs) mine = PREV_MINE
     else return
     d[base + mine + 1] = row.own // acked
-    if (this.predictMs > 0 && mine === CUR_MINE) observe(this.dict.pred, slot, row.count - row.own, slotStart, nowMs, this.predictMs)
     d[base + mine + 2] = row.count - row.own // others
     if (this.queuesHits && d[base + mine] !== row.own) this.queueSlot(slot)
   }

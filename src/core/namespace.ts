@@ -80,12 +80,10 @@ export class Namespace {
     this.dict = dict
     const synced = options.mode !== 'local'
     const periodic = options.mode === 'periodic'
-    // prediction covers at most one sync interval (predict.ts)
-    const predictMs = periodic && options.predict ? options.syncRate * 1000 : 0
     // an escrow table queues no hit: its syncs write what returns budget, nothing is read back
     this.escrow = options.escrow
     this.tables = options.windowSizesMs.map(
-      (ms) => new WindowTable(dict, options.namespace, ms, synced, periodic && !options.escrow, predictMs, options.escrow),
+      (ms) => new WindowTable(dict, options.namespace, ms, synced, periodic && !options.escrow, options.escrow),
     )
     const strategy = options.strategy
     this.decimals =

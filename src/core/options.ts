@@ -60,13 +60,6 @@ export interface NamespaceOptions {
    */
   idleRefreshMs?: number
   /**
-   * Periodic mode: add to each decision an estimate of the hits other processes made since the
-   * last sync (their rate between the last two syncs × the time since, at most one sync
-   * interval): a view only, never stored (docs/ARCHITECTURE.md, "Prediction").
-   * @default false
-   */
-  predict?: boolean
-  /**
    * Periodic mode: admit a hit only against a budget the store has set aside for this process
    * (a grant), so the fleet never admits more than one process deciding on exact counts would,
    * by the engine's formula. A hit with budget is decided locally; one without asks the store
@@ -110,7 +103,6 @@ export interface ResolvedNamespaceOptions {
   readonly autoSync: boolean
   readonly batchSize: number
   readonly idleRefreshMs: number
-  readonly predict: boolean
   readonly escrow: boolean
   readonly blocking: boolean
   readonly nodeId: string | undefined
@@ -238,12 +230,10 @@ export function resolveNamespaceOptions(
   const batchSize = o.batchSize ?? 2048
   if (typeof batchSize !== 'number' || !Number.isInteger(batchSize) || batchSize < 1)
     throw invalid('batchSize', 'a positive integer', batchSize)
-  const predict = o.predict ?? false
-  if (typeof predict !== 'boolean') throw invalid('predict', 'a boolean', predict)
-  if (predict && escrow)
+  if (o.predict !== undefined)
     throw new ConfigError(
       'INVALID_OPTION',
-      'predict has nothing to estimate in an escrow namespace (every hit is inside a grant): drop one of them',
+      'predict was removed: no rate estimate cut the periodic mode\'s over-admission without false denials (docs/ACCURACY.md, "Prediction"); for a fleet-wide bound use escrow: true',
     )
   const blocking = o.blocking ?? false
   if (typeof blocking !== 'boolean') throw invalid('blocking', 'a boolean', blocking)
@@ -271,7 +261,6 @@ export function resolveNamespaceOptions(
     autoSync,
     batchSize,
     idleRefreshMs,
-    predict,
     escrow,
     blocking,
     nodeId: nodeId as string | undefined,

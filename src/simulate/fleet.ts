@@ -22,9 +22,6 @@ import { type FakeClock, type Limiter, type NamespaceOptions, RateLimiting, type
  * The one difference from a real process: a real one refreshes an idle key it holds (neither hit
  * since the last sync nor near its limit) only once per `idleRefreshMs`; here every key is as
  * fresh as the last sync instant, which favours the engine only on the first hit after a pause.
- * With `eagerReads` every process that holds keys of a shard syncs it at every instant, hit or
- * not: for views that depend on the sync history and not only on the counts (the predictive
- * estimator), at the price of time.
  *
  * What a shard costs: a process's namespace of a shard is made when that process first hits it
  * (a key hit by 2 of 16 processes makes 2), and a process's namespaces live in a few
@@ -55,9 +52,7 @@ export interface FleetOptions {
   readonly shardSize?: number
   /** Shards per RateLimiting instance of a process (see above); any count answers alike. @default {@link SHARDS_PER_INSTANCE} */
   readonly shardsPerInstance?: number
-  /** Sync every held shard at every instant (see above). @default false */
-  readonly eagerReads?: boolean
-  /** More namespace options for every process (such as the predictive estimator's). */
+  /** More namespace options for every process (a counter variant's). */
   readonly namespaceOptions?: Readonly<Record<string, unknown>>
 }
 
@@ -159,8 +154,7 @@ export class CounterFleet {
       await this.round(at)
       this.nextRoundMs += this.syncMs
       // nothing to push and no one to refresh: skip to the last instant before t
-      if (this.pendingShards.length === 0 && !this.options.eagerReads && this.nextRoundMs <= t)
-        this.nextRoundMs = Math.floor(t / this.syncMs) * this.syncMs
+      if (this.pendingShards.length === 0 && this.nextRoundMs <= t) this.nextRoundMs = Math.floor(t / this.syncMs) * this.syncMs
     }
     if (t >= this.nextReleaseMs) {
       this.release(t)
@@ -235,8 +229,7 @@ export class CounterFleet {
     return { callsPerSec: calls / seconds, rowsPerSec: this.rowsWritten / seconds }
   }
 
-  // One sync instant: every process with unsynced hits in a shard pushes them; with eagerReads,
-  // every process holding keys of a shard in use then reads it.
+  // One sync instant: every process with unsynced hits in a shard pushes them.
   private async round(atMs: number): Promise<void> {
     const clock = this.options.clock
     const now = clock.now()
@@ -264,17 +257,6 @@ export class CounterFleet {
       wrote[node] = 1
     }
     for (let n = 0; n < this.nodes; n++) this.writeRounds[n] = (this.writeRounds[n] as number) + (wrote[n] as number)
-    if (this.options.eagerReads) {
-      for (const shard of this.shards) {
-        if (!shard.inUse) continue
-        for (let n = 0; n < this.nodes; n++) {
-          if ((shard.synced[n] as number) < 0) continue
-          const m = shard.members[n] as Member
-          await m.rl.sync(m.namespace)
-          shard.synced[n] = shard.version
-        }
-      }
-    }
     clock.set(Math.max(now, atMs))
   }
 

@@ -142,11 +142,11 @@ export async function runGridParallel(
 }
 
 // A relative cost, to start the slow cells first: the counter with several processes syncs one
-// to two times a hit, and a predicting one at every sync instant.
+// to two times a hit.
 function cost(cell: CellSpec): number {
   if (cell.algorithm.perHit) return 1
   if (cell.nodes === 1) return 3
-  return (10 + cell.nodes / 4) * (cell.algorithm.eagerReads === true ? 1 + 1 / cell.syncRate : 1)
+  return 10 + cell.nodes / 4
 }
 
 // The array itself when its memory is shared already, else a copy in shared memory.

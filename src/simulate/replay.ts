@@ -7,7 +7,7 @@ import { seededRandom, type Trace, traceSeconds } from './trace.js'
 import { type AccuracyMetrics, ExactTruth } from './truth.js'
 
 /** The algorithms a cell can run. */
-export type AlgorithmName = 'fixed-window' | 'sliding-log' | 'counter' | 'counter-predict' | 'counter-escrow'
+export type AlgorithmName = 'fixed-window' | 'sliding-log' | 'counter' | 'counter-escrow'
 
 /** One algorithm of the grid and how it runs. */
 export interface AlgorithmEntry {
@@ -20,32 +20,15 @@ export interface AlgorithmEntry {
   readonly perHit: boolean
   /** More namespace options for every simulated process (the counter's variants). */
   readonly namespaceOptions?: Readonly<Record<string, unknown>>
-  /** Every process syncs every shard it holds at every instant (see FleetOptions.eagerReads). */
-  readonly eagerReads?: boolean
   /** A namespace option the engine must accept for this entry to run; it is left out until then. */
   readonly requires?: string
 }
 
-/**
- * Every algorithm the simulator knows, in the order tables list them.
- *
- * HOOK (issue 12, part 1): "counter with prediction" is the counter with one more namespace
- * option, `predict: true`. It is filtered out by {@link availableAlgorithms} while the engine
- * refuses that option, and appears by itself once the engine accepts it. Its views depend on the
- * sync history, so its processes sync at every instant (eagerReads), which is slower.
- */
+/** Every algorithm the simulator knows, in the order tables list them. */
 export const ALGORITHMS: readonly AlgorithmEntry[] = [
   { name: 'fixed-window', label: 'fixed window', perHit: true },
   { name: 'sliding-log', label: 'sliding log', perHit: true },
   { name: 'counter', label: 'counter', perHit: false },
-  {
-    name: 'counter-predict',
-    label: 'counter + prediction',
-    perHit: false,
-    namespaceOptions: { predict: true },
-    eagerReads: true,
-    requires: 'predict',
-  },
   // every process admits only on budget the store granted it (docs/ARCHITECTURE.md, "Escrow"):
   // replayed hit by hit by escrow-fleet.ts, every call to the store counted
   { name: 'counter-escrow', label: 'counter + escrow', perHit: false, namespaceOptions: { escrow: true }, requires: 'escrow' },
@@ -253,7 +236,6 @@ export async function runCell(trace: Trace, cell: CellSpec, setup: ReplaySetup, 
         clock,
         ...(setup.shardSize !== undefined ? { shardSize: setup.shardSize } : {}),
         ...(setup.shardsPerInstance !== undefined ? { shardsPerInstance: setup.shardsPerInstance } : {}),
-        ...(cell.algorithm.eagerReads === true ? { eagerReads: true } : {}),
         ...(cell.algorithm.namespaceOptions !== undefined ? { namespaceOptions: cell.algorithm.namespaceOptions } : {}),
       },
       trace.keyNames.length,

@@ -51,122 +51,114 @@ function send(child: ChildProcess, command: WorkerCommand): void {
   child.send(command)
 }
 
-for (const predict of [false, true])
-  describe(`redis: several processes share one limit${predict ? ', with prediction' : ''}`, () => {
-    const run = randomUUID().slice(0, 8)
-    const prefix = `rltest-mp-${run}`
-    const namespace = `mp-${run}`
-    const workers: ChildProcess[] = []
-    after(async () => {
-      for (const child of workers) if (child.exitCode === null) child.kill('SIGKILL')
-      const redis = new Redis(await sharedRedisUrl())
-      let cursor = '0'
-      do {
-        const [nextCursor, names] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000)
-        cursor = nextCursor
-        if (names.length > 0) await Promise.all(names.map((name) => redis.unlink(name)))
-      } while (cursor !== '0')
-      await redis.quit()
-    })
-
-    it('converges to exact totals and over-admits within (P-1)/P x rate x syncRate', async (t) => {
-      const url = await sharedRedisUrl()
-      const env = {
-        ...process.env,
-        RL_URL: url,
-        RL_PREFIX: prefix,
-        RL_NAMESPACE: namespace,
-        RL_SYNC_RATE: String(SYNC_RATE),
-        RL_WINDOW: String(WINDOW),
-        RL_LIMIT: String(LIMIT),
-        RL_PREDICT: String(predict),
-      }
-      for (let i = 0; i < PROCESSES; i++) {
-        workers.push(
-          fork(workerPath, [], {
-            env,
-            execArgv: ['--import', 'tsx'],
-            stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-          }),
-        )
-      }
-      await Promise.all(workers.map((w) => next(w, 'ready')))
-
-      // Requests round-robin over the processes, dispatched every tick as the clock says.
-      const totals = new Map<string, number>([['limited', 0], ...COUNTED.map((k): [string, number] => [k, 0])])
-      let limitedSent = 0
-      let countedSent = 0
-      const started = performance.now()
-      let elapsedMs = 0
-      while (elapsedMs < DURATION_MS) {
-        await sleep(TICK_MS)
-        elapsedMs = Math.min(performance.now() - started, DURATION_MS)
-        const batches = workers.map(() => ({
-          limited: 0,
-          counted: [] as string[],
-        }))
-        for (const target = Math.floor((LIMITED_RATE * elapsedMs) / 1000); limitedSent < target; limitedSent++) {
-          ;(batches[limitedSent % PROCESSES] as { limited: number }).limited++
-        }
-        for (const target = Math.floor((COUNTED_RATE * elapsedMs) / 1000); countedSent < target; countedSent++) {
-          const key = COUNTED[Math.floor(countedSent / PROCESSES) % COUNTED.length] as string
-          batches[countedSent % PROCESSES]?.counted.push(key)
-          totals.set(key, (totals.get(key) ?? 0) + 1)
-        }
-        for (const [i, batch] of batches.entries()) send(workers[i] as ChildProcess, { type: 'hits', ...batch })
-      }
-      const measuredRate = (limitedSent * 1000) / (performance.now() - started)
-      totals.set('limited', limitedSent) // denied hits count too (countDenied defaults to true)
-
-      // With prediction, a view holds the estimate until a sync interval passes in which the others'
-      // counts did not grow: the timer-driven syncs see two such intervals first.
-      if (predict) await sleep(3 * SYNC_RATE * 1000)
-      // A final sync everywhere: one round pushes, the next reads what the others pushed.
-      for (let round = 0; round < 2; round++) {
-        for (const w of workers) send(w, { type: 'sync' })
-        const synced = await Promise.all(workers.map((w) => next(w, 'synced')))
-        for (const s of synced) assert.equal(s.error, undefined)
-      }
-      const keys = [...totals.keys()]
-      for (const w of workers) send(w, { type: 'report', keys })
-      const reports = await Promise.all(workers.map((w) => next(w, 'report')))
-      for (const w of workers) send(w, { type: 'exit' })
-
-      for (const [i, report] of reports.entries()) {
-        assert.deepEqual(report.views, Object.fromEntries(totals), `process ${i} sees the exact totals`)
-        assert.equal(report.storeErrors, 0)
-      }
-      const observer = new RedisStrategy({ url, prefix })
-      const windowMs = WINDOW * 1000
-      const start = windowStartMs(Date.now(), windowMs)
-      for (const [key, total] of totals) {
-        const stored =
-          (await observer.getWindow(key, namespace, start, windowMs)).count +
-          (await observer.getWindow(key, namespace, start - windowMs, windowMs)).count
-        assert.equal(stored, total, `the store holds the exact total of ${key}`)
-      }
-      await observer.close()
-
-      const admitted = reports.reduce((sum, r) => sum + r.allowed, 0)
-      const overAdmitted = admitted - LIMIT
-      const bound = ((PROCESSES - 1) / PROCESSES) * measuredRate * SYNC_RATE
-      // The tolerance (docs/STORES-redis.md, "Over-admission"): timer-driven syncs read the totals
-      // back syncRate / 20 after pushing (Kong's settle time), so knowledge of the others is that much
-      // older than one period; and this test delivers requests in ticks, R x tick of them at once,
-      // before any process could react.
-      const tolerance = ((PROCESSES - 1) / PROCESSES) * measuredRate * (SYNC_RATE / 20) + (measuredRate * TICK_MS) / 1000
-      t.diagnostic(
-        `${predict ? 'with prediction' : 'without prediction'}: ${PROCESSES} processes, ${measuredRate.toFixed(0)} req/s on one key, syncRate ${SYNC_RATE} s, limit ${LIMIT}: ` +
-          `admitted ${admitted}, over-admission ${overAdmitted} (${((100 * overAdmitted) / LIMIT).toFixed(1)}% of the limit), bound ${bound.toFixed(1)} + tolerance ${tolerance.toFixed(1)}`,
-      )
-      // Prediction may deny a few hits early where the limit is crossed (its estimate of the
-      // others' hits not seen yet overshoots by part of an interval's worth): at most the bound.
-      if (predict) assert.ok(admitted >= LIMIT - bound, `under-admits at most the bound: ${admitted} admitted`)
-      else assert.ok(admitted >= LIMIT, `never under-admits: ${admitted} admitted`)
-      assert.ok(
-        overAdmitted <= bound + tolerance,
-        `over-admission ${overAdmitted} within the bound ${bound.toFixed(1)} + tolerance ${tolerance.toFixed(1)}`,
-      )
-      await Promise.all(workers.map((w) => (w.exitCode === null ? new Promise((resolve) => w.once('exit', resolve)) : undefined)))
-    })
+describe('redis: several processes share one limit', () => {
+  const run = randomUUID().slice(0, 8)
+  const prefix = `rltest-mp-${run}`
+  const namespace = `mp-${run}`
+  const workers: ChildProcess[] = []
+  after(async () => {
+    for (const child of workers) if (child.exitCode === null) child.kill('SIGKILL')
+    const redis = new Redis(await sharedRedisUrl())
+    let cursor = '0'
+    do {
+      const [nextCursor, names] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000)
+      cursor = nextCursor
+      if (names.length > 0) await Promise.all(names.map((name) => redis.unlink(name)))
+    } while (cursor !== '0')
+    await redis.quit()
   })
+
+  it('converges to exact totals and over-admits within (P-1)/P x rate x syncRate', async (t) => {
+    const url = await sharedRedisUrl()
+    const env = {
+      ...process.env,
+      RL_URL: url,
+      RL_PREFIX: prefix,
+      RL_NAMESPACE: namespace,
+      RL_SYNC_RATE: String(SYNC_RATE),
+      RL_WINDOW: String(WINDOW),
+      RL_LIMIT: String(LIMIT),
+    }
+    for (let i = 0; i < PROCESSES; i++) {
+      workers.push(
+        fork(workerPath, [], {
+          env,
+          execArgv: ['--import', 'tsx'],
+          stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+        }),
+      )
+    }
+    await Promise.all(workers.map((w) => next(w, 'ready')))
+
+    // Requests round-robin over the processes, dispatched every tick as the clock says.
+    const totals = new Map<string, number>([['limited', 0], ...COUNTED.map((k): [string, number] => [k, 0])])
+    let limitedSent = 0
+    let countedSent = 0
+    const started = performance.now()
+    let elapsedMs = 0
+    while (elapsedMs < DURATION_MS) {
+      await sleep(TICK_MS)
+      elapsedMs = Math.min(performance.now() - started, DURATION_MS)
+      const batches = workers.map(() => ({
+        limited: 0,
+        counted: [] as string[],
+      }))
+      for (const target = Math.floor((LIMITED_RATE * elapsedMs) / 1000); limitedSent < target; limitedSent++) {
+        ;(batches[limitedSent % PROCESSES] as { limited: number }).limited++
+      }
+      for (const target = Math.floor((COUNTED_RATE * elapsedMs) / 1000); countedSent < target; countedSent++) {
+        const key = COUNTED[Math.floor(countedSent / PROCESSES) % COUNTED.length] as string
+        batches[countedSent % PROCESSES]?.counted.push(key)
+        totals.set(key, (totals.get(key) ?? 0) + 1)
+      }
+      for (const [i, batch] of batches.entries()) send(workers[i] as ChildProcess, { type: 'hits', ...batch })
+    }
+    const measuredRate = (limitedSent * 1000) / (performance.now() - started)
+    totals.set('limited', limitedSent) // denied hits count too (countDenied defaults to true)
+
+    // A final sync everywhere: one round pushes, the next reads what the others pushed.
+    for (let round = 0; round < 2; round++) {
+      for (const w of workers) send(w, { type: 'sync' })
+      const synced = await Promise.all(workers.map((w) => next(w, 'synced')))
+      for (const s of synced) assert.equal(s.error, undefined)
+    }
+    const keys = [...totals.keys()]
+    for (const w of workers) send(w, { type: 'report', keys })
+    const reports = await Promise.all(workers.map((w) => next(w, 'report')))
+    for (const w of workers) send(w, { type: 'exit' })
+
+    for (const [i, report] of reports.entries()) {
+      assert.deepEqual(report.views, Object.fromEntries(totals), `process ${i} sees the exact totals`)
+      assert.equal(report.storeErrors, 0)
+    }
+    const observer = new RedisStrategy({ url, prefix })
+    const windowMs = WINDOW * 1000
+    const start = windowStartMs(Date.now(), windowMs)
+    for (const [key, total] of totals) {
+      const stored =
+        (await observer.getWindow(key, namespace, start, windowMs)).count +
+        (await observer.getWindow(key, namespace, start - windowMs, windowMs)).count
+      assert.equal(stored, total, `the store holds the exact total of ${key}`)
+    }
+    await observer.close()
+
+    const admitted = reports.reduce((sum, r) => sum + r.allowed, 0)
+    const overAdmitted = admitted - LIMIT
+    const bound = ((PROCESSES - 1) / PROCESSES) * measuredRate * SYNC_RATE
+    // The tolerance (docs/STORES-redis.md, "Over-admission"): timer-driven syncs read the totals
+    // back syncRate / 20 after pushing (Kong's settle time), so knowledge of the others is that much
+    // older than one period; and this test delivers requests in ticks, R x tick of them at once,
+    // before any process could react.
+    const tolerance = ((PROCESSES - 1) / PROCESSES) * measuredRate * (SYNC_RATE / 20) + (measuredRate * TICK_MS) / 1000
+    t.diagnostic(
+      `${PROCESSES} processes, ${measuredRate.toFixed(0)} req/s on one key, syncRate ${SYNC_RATE} s, limit ${LIMIT}: ` +
+        `admitted ${admitted}, over-admission ${overAdmitted} (${((100 * overAdmitted) / LIMIT).toFixed(1)}% of the limit), bound ${bound.toFixed(1)} + tolerance ${tolerance.toFixed(1)}`,
+    )
+    assert.ok(admitted >= LIMIT, `never under-admits: ${admitted} admitted`)
+    assert.ok(
+      overAdmitted <= bound + tolerance,
+      `over-admission ${overAdmitted} within the bound ${bound.toFixed(1)} + tolerance ${tolerance.toFixed(1)}`,
+    )
+    await Promise.all(workers.map((w) => (w.exitCode === null ? new Promise((resolve) => w.once('exit', resolve)) : undefined)))
+  })
+})

@@ -33,7 +33,7 @@ describe('simulate: the replay on a real Redis', () => {
     client.disconnect()
   })
 
-  it('answers every cell of the counter, with and without prediction, as the memory store does', async () => {
+  it('answers every cell of the counter as the memory store does', async () => {
     // busy keys (a median of 60% of the limit per window, some far over it) cross the limit, so
     // the cells deny, over-admit and falsely deny: figures that depend on every sync
     const trace = syntheticTrace({
@@ -45,11 +45,7 @@ describe('simulate: the replay on a real Redis', () => {
       medianShare: 0.6,
       startMs: replayStartMs(WINDOW),
     })
-    const cells = [
-      ...gridCells([algorithmEntry('counter')], [1, 4], [0.5]),
-      ...gridCells([algorithmEntry('counter')], [4], [2]),
-      ...gridCells([algorithmEntry('counter-predict')], [4], [0.5]),
-    ]
+    const cells = [...gridCells([algorithmEntry('counter')], [1, 4], [0.5]), ...gridCells([algorithmEntry('counter')], [4], [2])]
     const setup = { limit: LIMIT, windowSec: WINDOW, countDenied: true }
     const onMemory = await runGrid(trace, cells, setup)
     const onRedis = await runGrid(trace, cells, { ...setup, strategy: redisShardStores(client, prefix) })

@@ -3,7 +3,7 @@
  * over the Redis strategy, syncing on its own timer like a production process. The parent sends
  * it hits over IPC and asks it to sync, report its view, and exit.
  *
- * Env: RL_URL, RL_PREFIX, RL_NAMESPACE, RL_SYNC_RATE (s), RL_WINDOW (s), RL_LIMIT, RL_PREDICT (true: predictive sync).
+ * Env: RL_URL, RL_PREFIX, RL_NAMESPACE, RL_SYNC_RATE (s), RL_WINDOW (s), RL_LIMIT.
  */
 import { RateLimiting } from '../../src/core/rate-limiting.js'
 import { RedisStrategy } from '../../src/strategies/redis/index.js'
@@ -48,7 +48,6 @@ rl.new({
   windowSizes: [windowSize],
   syncRate: Number(env('RL_SYNC_RATE')),
   strategy,
-  predict: process.env.RL_PREDICT === 'true',
 })
 const limiter = rl.limiter({
   namespace,
