@@ -1,10 +1,10 @@
-import type { WindowTable } from './counter-table.js'
 import { Decisions } from './decisions.js'
 import { StoreError } from './errors.js'
 import type { Limit } from './limit-set.js'
 import type { Decision } from './limiter-types.js'
 import type { CounterRow } from './strategy.js'
 import type { GrantOutcome } from './escrow-link.js'
+import type { EscrowTable } from './escrow-table.js'
 
 /**
  * The decisions of an escrow namespace (docs/ARCHITECTURE.md, "Escrow"): a hit admitted on the
@@ -27,7 +27,7 @@ export abstract class EscrowDecisions extends Decisions {
   // the store's last refusal holds (no I/O), else decided once the store answers a grant.
   protected hitEscrow(key: string, cost: number, nowMs: number, override: number | undefined): Decision | Promise<Decision> {
     const applied = this.set.apply(key, override)
-    const tables = this.tables
+    const tables = this.tables as readonly EscrowTable[]
     // a cost above a limit can never be admitted: denied without a store call or a count
     for (let i = 0; i < applied.length; i++)
       if (cost > (applied[i] as number)) return this.peekLocal(key, cost, nowMs, undefined, undefined, override)
@@ -35,19 +35,19 @@ export abstract class EscrowDecisions extends Decisions {
     if (link.leaseValid(nowMs)) {
       if (tables.length === 1) {
         const l = this.limits[0] as Limit
-        const rate = l.table.spend(key, cost, nowMs)
+        const rate = (l.table as EscrowTable).spend(key, cost, nowMs)
         if (rate === rate) return this.single(l, applied[0] as number, true, rate, nowMs, 0)
       } else {
         let covered = true
-        for (let i = 0; i < tables.length && covered; i++) covered = (tables[i] as WindowTable).covers(key, cost, nowMs)
+        for (let i = 0; i < tables.length && covered; i++) covered = (tables[i] as EscrowTable).covers(key, cost, nowMs)
         if (covered) {
-          for (let i = 0; i < tables.length; i++) (tables[i] as WindowTable).spend(key, cost, nowMs)
+          for (let i = 0; i < tables.length; i++) (tables[i] as EscrowTable).spend(key, cost, nowMs)
           return this.escrowAnswer(key, cost, nowMs, true, undefined)
         }
       }
     }
     for (let i = 0; i < tables.length; i++)
-      if ((tables[i] as WindowTable).refusedUntil(key) > nowMs) return this.escrowDenied(key, cost, nowMs, undefined)
+      if ((tables[i] as EscrowTable).refusedUntil(key) > nowMs) return this.escrowDenied(key, cost, nowMs, undefined)
     // the store is learning or just failed: onStoreError decides, without a call per hit
     const quiet = link.quiet(nowMs)
     if (quiet !== undefined) return this.escrowFallback(key, cost, nowMs, quiet)
@@ -65,16 +65,16 @@ export abstract class EscrowDecisions extends Decisions {
     if (outcome === undefined) return this.hitEscrow(key, cost, nowMs, override)
     const applied = this.set.apply(key, override)
     if (!outcome.answered) return this.escrowFallback(key, cost, nowMs, outcome.error)
-    const tables = this.tables
+    const tables = this.tables as readonly EscrowTable[]
     let covered = true
-    for (let i = 0; i < tables.length && covered; i++) covered = (tables[i] as WindowTable).covers(key, cost, nowMs)
+    for (let i = 0; i < tables.length && covered; i++) covered = (tables[i] as EscrowTable).covers(key, cost, nowMs)
     if (covered) {
-      for (let i = 0; i < tables.length; i++) (tables[i] as WindowTable).spend(key, cost, nowMs)
+      for (let i = 0; i < tables.length; i++) (tables[i] as EscrowTable).spend(key, cost, nowMs)
       return this.escrowAnswer(key, cost, nowMs, true, undefined)
     }
     // the store had no room for it: denied here, without a store call, until room can come back
     for (let i = 0; i < tables.length; i++) {
-      const table = tables[i] as WindowTable
+      const table = tables[i] as EscrowTable
       if (!table.covers(key, cost, nowMs)) table.refuse(key, table.refusalEnd(key, cost, applied[i] as number, nowMs))
     }
     return this.escrowDenied(key, cost, nowMs, undefined)
@@ -103,23 +103,23 @@ export abstract class EscrowDecisions extends Decisions {
         const n = ns.escrowLink.nodesSeen
         allowed = true
         for (let i = 0; i < this.tables.length && allowed; i++)
-          allowed = (this.tables[i] as WindowTable).mine(key, nowMs) + cost <= (applied[i] as number) / n
+          allowed = (this.tables[i] as EscrowTable).mine(key, nowMs) + cost <= (applied[i] as number) / n
         break
       }
       default: {
         allowed = true
         for (let i = 0; i < this.tables.length && allowed; i++)
-          allowed = (this.tables[i] as WindowTable).rate(key, nowMs) + cost <= (applied[i] as number)
+          allowed = (this.tables[i] as EscrowTable).rate(key, nowMs) + cost <= (applied[i] as number)
       }
     }
     if (allowed || this.countDenied)
-      for (let i = 0; i < this.tables.length; i++) (this.tables[i] as WindowTable).countOutside(key, cost, nowMs)
+      for (let i = 0; i < this.tables.length; i++) (this.tables[i] as EscrowTable).countOutside(key, cost, nowMs)
     return this.escrowAnswer(key, cost, nowMs, allowed, storeError)
   }
 
   // A denial on the budgets: counted outside them with countDenied (a penalty the next sync writes).
   private escrowDenied(key: string, cost: number, nowMs: number, storeError: StoreError | undefined): Decision {
-    if (this.countDenied) for (let i = 0; i < this.tables.length; i++) (this.tables[i] as WindowTable).countOutside(key, cost, nowMs)
+    if (this.countDenied) for (let i = 0; i < this.tables.length; i++) (this.tables[i] as EscrowTable).countOutside(key, cost, nowMs)
     return this.escrowAnswer(key, cost, nowMs, false, storeError)
   }
 

@@ -1,4 +1,4 @@
-import type { WindowTable } from './counter-table.js'
+import type { EscrowTable } from './escrow-table.js'
 import { StoreError } from './errors.js'
 import type { ResolvedNamespaceOptions } from './options.js'
 import type { StoreLink } from './store-link.js'
@@ -13,7 +13,7 @@ const LEARNING: GrantOutcome = { answered: false, error: undefined }
 
 // One key's grant requests of this event-loop turn, by table, and who waits on them.
 interface PendingGrant {
-  readonly requests: Map<WindowTable, GrantRequest>
+  readonly requests: Map<EscrowTable, GrantRequest>
   readonly done: Promise<GrantOutcome>
   resolve(outcome: GrantOutcome): void
 }
@@ -40,10 +40,10 @@ export class EscrowLink {
   private readonly inflight = new Map<string, Promise<GrantOutcome>>()
 
   private readonly link: StoreLink
-  private readonly tables: readonly WindowTable[]
+  private readonly tables: readonly EscrowTable[]
   private readonly options: ResolvedNamespaceOptions
 
-  constructor(link: StoreLink, tables: readonly WindowTable[], options: ResolvedNamespaceOptions) {
+  constructor(link: StoreLink, tables: readonly EscrowTable[], options: ResolvedNamespaceOptions) {
     this.link = link
     this.tables = tables
     this.options = options
@@ -79,7 +79,7 @@ export class EscrowLink {
    */
   grant(
     key: string,
-    tables: readonly WindowTable[],
+    tables: readonly EscrowTable[],
     cost: number,
     limits: ArrayLike<number>,
     nowMs: number,
@@ -100,7 +100,7 @@ export class EscrowLink {
       turn.keys.set(key, pending)
     }
     for (let i = 0; i < tables.length; i++) {
-      const table = tables[i] as WindowTable
+      const table = tables[i] as EscrowTable
       const asked = pending.requests.get(table)
       if (asked === undefined) pending.requests.set(table, table.grantRequest(key, cost, limits[i] as number, nowMs))
       else pending.requests.set(table, { ...asked, target: asked.target + cost, minimum: asked.minimum + cost })
@@ -113,7 +113,7 @@ export class EscrowLink {
     if (this.turn === turn) this.turn = undefined
     const seq = this.link.nextSeq()
     const grants: GrantRequest[] = []
-    const owners: WindowTable[] = []
+    const owners: EscrowTable[] = []
     for (const [key, pending] of turn.keys) {
       for (const [table, request] of pending.requests) {
         grants.push(request)
@@ -141,7 +141,7 @@ export class EscrowLink {
           this.quietUntilMs = reply.epochMs + this.learnMs
           return settle({ answered: false, error: this.quietReason })
         }
-        for (let i = 0; i < reply.grants.length; i++) (owners[i] as WindowTable).applyEscrow(reply.grants[i] as GrantRow, seq, nowMs)
+        for (let i = 0; i < reply.grants.length; i++) (owners[i] as EscrowTable).applyEscrow(reply.grants[i] as GrantRow, seq, nowMs)
         settle(ANSWERED)
       },
       (err: unknown) => {
@@ -165,11 +165,16 @@ export class EscrowLink {
       const writes = windows.slice(w, w + batchSize)
       w += writes.length
       const seq = this.link.nextSeq()
-      for (const write of writes) this.link.tableOf(write.windowSizeMs)?.noteSent(write.key, write.windowStartMs, write.count, seq)
+      for (const write of writes) this.tableOf(write.windowSizeMs)?.noteSent(write.key, write.windowStartMs, write.count, seq)
       const reply = await this.callEscrow(seq, nowMs, writes, [])
       if (!this.acceptEpoch(reply, nowMs)) continue
-      for (const row of reply.rows) this.link.tableOf(row.windowSizeMs)?.applyEscrow(row, seq, nowMs)
+      for (const row of reply.rows) this.tableOf(row.windowSizeMs)?.applyEscrow(row, seq, nowMs)
     } while (w < windows.length)
+  }
+
+  /** The namespace's table of windows of `sizeMs`, or undefined. */
+  tableOf(sizeMs: number): EscrowTable | undefined {
+    return this.link.tableOf(sizeMs) as EscrowTable | undefined
   }
 
   private async callEscrow(

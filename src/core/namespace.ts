@@ -8,6 +8,7 @@ import type { OnStoreError, ResolvedNamespaceOptions, SyncMode } from './options
 import { rowsRate } from './previous-reads.js'
 import { ResetFloors } from './refund.js'
 import type { EscrowLink } from './escrow-link.js'
+import { EscrowTable } from './escrow-table.js'
 import { StoreLink, type StrategyResolver } from './store-link.js'
 import type { CounterRow } from './strategy.js'
 import { SyncLoop } from './sync-loop.js'
@@ -82,8 +83,10 @@ export class Namespace {
     const periodic = options.mode === 'periodic'
     // an escrow table queues no hit: its syncs write what returns budget, nothing is read back
     this.escrow = options.escrow
-    this.tables = options.windowSizesMs.map(
-      (ms) => new WindowTable(dict, options.namespace, ms, synced, periodic && !options.escrow, options.escrow),
+    this.tables = options.windowSizesMs.map((ms) =>
+      options.escrow
+        ? new EscrowTable(dict, options.namespace, ms, synced)
+        : new WindowTable(dict, options.namespace, ms, synced, periodic),
     )
     const strategy = options.strategy
     this.decimals =

@@ -5,6 +5,7 @@ import { StoreError, toStoreError } from './errors.js'
 import type { ResolvedNamespaceOptions } from './options.js'
 import { PreviousReads } from './previous-reads.js'
 import { EscrowLink } from './escrow-link.js'
+import type { EscrowTable } from './escrow-table.js'
 import type { BlockWrite, CounterRow, DiffBatch, Strategy, WindowPush, WindowRef } from './strategy.js'
 import { deadline, withTimeout } from './timeout.js'
 
@@ -50,7 +51,7 @@ export class StoreLink {
     this.resolveStrategy = resolveStrategy
     this.previous = new PreviousReads(tables)
     if (typeof options.strategy === 'object') this.strategy = options.strategy
-    this.escrow = options.escrow ? new EscrowLink(this, tables, options) : undefined
+    this.escrow = options.escrow ? new EscrowLink(this, tables as readonly EscrowTable[], options) : undefined
   }
 
   /** The seq of the next call: one sequence for every call of this node, pushes and grants alike (they write the same registers). */

@@ -169,7 +169,7 @@ export class SyncLoop {
       this.syncs++
       this.lastSyncAtMs = nowMs
     } catch (err) {
-      for (const w of windows) this.link.tableOf(w.windowSizeMs)?.requeueEscrow(w.key)
+      for (const w of windows) (this.link.escrow as EscrowLink).tableOf(w.windowSizeMs)?.requeueEscrow(w.key)
       error = this.link.report(err)
       throw error
     } finally {
