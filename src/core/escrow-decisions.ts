@@ -51,7 +51,9 @@ export abstract class EscrowDecisions extends Decisions {
     // the store is learning or just failed: onStoreError decides, without a call per hit
     const quiet = link.quiet(nowMs)
     if (quiet !== undefined) return this.escrowFallback(key, cost, nowMs, quiet)
-    return link.grant(key, tables, cost, applied, nowMs).then((outcome) => this.afterGrant(key, cost, nowMs, override, outcome))
+    return link
+      .grant(key, tables, cost, applied, nowMs, this.countDenied)
+      .then((outcome) => this.afterGrant(key, cost, nowMs, override, outcome))
   }
 
   // A hit that asked for a grant: undefined outcome means another grant of the key was in flight (decide again).
@@ -66,6 +68,14 @@ export abstract class EscrowDecisions extends Decisions {
     const applied = this.set.apply(key, override)
     if (!outcome.answered) return this.escrowFallback(key, cost, nowMs, outcome.error)
     const tables = this.tables as readonly EscrowTable[]
+    // refused and counted by the store (and here, by the link): denied, nothing more to count
+    if (outcome.counted) {
+      for (let i = 0; i < tables.length; i++) {
+        const table = tables[i] as EscrowTable
+        table.refuse(key, table.refusalEnd(key, cost, applied[i] as number, nowMs))
+      }
+      return this.escrowAnswer(key, cost, nowMs, false, undefined)
+    }
     let covered = true
     for (let i = 0; i < tables.length && covered; i++) covered = (tables[i] as EscrowTable).covers(key, cost, nowMs)
     if (covered) {

@@ -5,15 +5,25 @@ import type { StoreLink } from './store-link.js'
 import type { EscrowReply, GrantRequest, GrantRow, WindowPush } from './strategy.js'
 import { withTimeout } from './timeout.js'
 
-/** How an escrow grant ended: answered (its rows applied: the budgets say what was granted), or no grant could be had. */
-export type GrantOutcome = { readonly answered: true } | { readonly answered: false; readonly error: StoreError | undefined }
+/**
+ * How an escrow grant ended: answered (its rows applied: the budgets say what was granted;
+ * `counted`: the store refused it and counted the hits that asked, `countRefused`), or no grant
+ * could be had.
+ */
+export type GrantOutcome =
+  { readonly answered: true; readonly counted: boolean } | { readonly answered: false; readonly error: StoreError | undefined }
 
-const ANSWERED: GrantOutcome = { answered: true }
+const ANSWERED: GrantOutcome = { answered: true, counted: false }
+const COUNTED: GrantOutcome = { answered: true, counted: true }
 const LEARNING: GrantOutcome = { answered: false, error: undefined }
 
 // One key's grant requests of this event-loop turn, by table, and who waits on them.
 interface PendingGrant {
   readonly requests: Map<EscrowTable, GrantRequest>
+  // whether the store counts the asking hits when it refuses (every asker counts its denials)
+  countRefused: boolean
+  // the asking hits' total cost
+  cost: number
   readonly done: Promise<GrantOutcome>
   resolve(outcome: GrantOutcome): void
 }
@@ -76,6 +86,7 @@ export class EscrowLink {
    * limit in `limits`). The requests of one event-loop turn go out as one call; a second hit of
    * a key in the same turn adds its cost to the first one's request. A key whose grant is in
    * flight waits for it and resolves undefined (decide again: the budget may cover it now).
+   * With `countDenied` a refusal counts the hit in the store at once (GrantRequest.countRefused).
    */
   grant(
     key: string,
@@ -83,6 +94,7 @@ export class EscrowLink {
     cost: number,
     limits: ArrayLike<number>,
     nowMs: number,
+    countDenied: boolean,
   ): Promise<GrantOutcome | undefined> {
     const inflight = this.inflight.get(key)
     if (inflight !== undefined) return inflight.then(() => undefined)
@@ -96,13 +108,14 @@ export class EscrowLink {
     if (pending === undefined) {
       let resolve: (outcome: GrantOutcome) => void = () => undefined
       const done = new Promise<GrantOutcome>((r) => (resolve = r))
-      pending = { requests: new Map(), done, resolve }
+      pending = { requests: new Map(), countRefused: countDenied, cost: 0, done, resolve }
       turn.keys.set(key, pending)
-    }
+    } else if (!countDenied) pending.countRefused = false
+    pending.cost += cost
     for (let i = 0; i < tables.length; i++) {
       const table = tables[i] as EscrowTable
       const asked = pending.requests.get(table)
-      if (asked === undefined) pending.requests.set(table, table.grantRequest(key, cost, limits[i] as number, nowMs))
+      if (asked === undefined) pending.requests.set(table, table.grantRequest(key, cost, limits[i] as number, nowMs, countDenied))
       else pending.requests.set(table, { ...asked, target: asked.target + cost, minimum: asked.minimum + cost })
     }
     return pending.done
@@ -116,16 +129,16 @@ export class EscrowLink {
     const owners: EscrowTable[] = []
     for (const [key, pending] of turn.keys) {
       for (const [table, request] of pending.requests) {
-        grants.push(request)
+        grants.push(pending.countRefused === (request.countRefused === true) ? request : { ...request, countRefused: pending.countRefused })
         owners.push(table)
         table.noteGrantSent(key, seq)
       }
       this.inflight.set(key, pending.done)
     }
-    const settle = (outcome: GrantOutcome) => {
+    const settle = (outcome: GrantOutcome, counted?: ReadonlySet<string>) => {
       for (const [key, pending] of turn.keys) {
         if (this.inflight.get(key) === pending.done) this.inflight.delete(key)
-        pending.resolve(outcome)
+        pending.resolve(counted?.has(key) === true ? COUNTED : outcome)
       }
     }
     const nowMs = turn.nowMs
@@ -141,8 +154,20 @@ export class EscrowLink {
           this.quietUntilMs = reply.epochMs + this.learnMs
           return settle({ answered: false, error: this.quietReason })
         }
-        for (let i = 0; i < reply.grants.length; i++) (owners[i] as EscrowTable).applyEscrow(reply.grants[i] as GrantRow, seq, nowMs)
-        settle(ANSWERED)
+        let counted: Set<string> | undefined
+        for (let i = 0; i < reply.grants.length; i++) {
+          const row = reply.grants[i] as GrantRow
+          ;(owners[i] as EscrowTable).applyEscrow(row, seq, nowMs)
+          if (row.refused === true && (grants[i] as GrantRequest).countRefused === true) (counted ??= new Set()).add(row.key)
+        }
+        // refused and counted by the store: what it raised is the asking hits, denied, not budget.
+        // They are counted here at once, before any other hit of the key could spend it.
+        if (counted !== undefined)
+          for (const key of counted) {
+            const pending = turn.keys.get(key) as PendingGrant
+            for (const table of pending.requests.keys()) table.countOutside(key, pending.cost, nowMs)
+          }
+        settle(ANSWERED, counted)
       },
       (err: unknown) => {
         const error = this.link.report(err)

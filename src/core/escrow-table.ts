@@ -89,7 +89,7 @@ export class EscrowTable extends WindowTable {
    * Escrow: the grant a hit of `cost` asks for: at least this process's hits and the cost, at most
    * the limit; the store adds its share of what is left (GrantRequest).
    */
-  grantRequest(key: string, cost: number, limit: number, nowMs: number): GrantRequest {
+  grantRequest(key: string, cost: number, limit: number, nowMs: number, countRefused: boolean): GrantRequest {
     const start = windowStartMs(nowMs, this.sizeMs)
     let slot = this.slots.get(key)
     if (slot === undefined) slot = this.allocateEscrow(key, nowMs, start)
@@ -97,7 +97,8 @@ export class EscrowTable extends WindowTable {
     const base = slot * STRIDE
     if ((d[base + START] as number) < start) this.roll(base, start)
     const minimum = (d[base + CUR_MINE] as number) + cost
-    return { key, windowStartMs: start, windowSizeMs: this.sizeMs, target: Math.max(minimum, limit), limit, minimum }
+    const request = { key, windowStartMs: start, windowSizeMs: this.sizeMs, target: Math.max(minimum, limit), limit, minimum }
+    return countRefused ? { ...request, countRefused } : request
   }
 
   /** Escrow: a call of seq `seq` carries `count` for `key`'s window at `windowStartMs`: lowers the budget believed held to it. */

@@ -172,8 +172,16 @@ export interface GrantRequest extends WindowRef {
   readonly target: number
   /** The limit the window's sliding rate, every reservation counted, must stay within. */
   readonly limit: number
-  /** The least reservation of any use (the hits that ask): a grant that cannot reach it raises nothing. */
+  /** The least reservation of any use (the hits that ask): a grant that cannot reach it raises nothing (but see `countRefused`). */
   readonly minimum: number
+  /**
+   * When the grant cannot reach `minimum`, raise the reservation to `minimum` all the same (never
+   * lower it): the hits that asked are denied and count, as the namespace's `countDenied` says,
+   * and the fleet sees them at once, not at this node's next sync (a client pacing its tries
+   * across the processes would get past a penalty that arrives late). The row then says `refused`.
+   * A store that ignores it answers no `refused`, and the engine writes the penalty at its next sync.
+   */
+  readonly countRefused?: boolean
 }
 
 /** What an escrow namespace sends: writes and reads as in a {@link DiffBatch}, and grants. */
@@ -202,6 +210,11 @@ export interface GrantRow extends CounterRow {
   readonly previousOwn: number
   /** Nodes holding a reservation in the window (the asking one included, once it holds one). */
   readonly nodes: number
+  /**
+   * True when the grant could not reach `minimum` (the hits that asked are denied); required of
+   * a store that honours `countRefused`, whose raised reservation is then hits, not budget.
+   */
+  readonly refused?: boolean
 }
 
 /** The answer to an {@link EscrowBatch}. */

@@ -193,6 +193,7 @@ export class MemoryStrategy implements Strategy {
       const previous = this.find(batch.namespace, g.key, g.windowStartMs - g.windowSizeMs, g.windowSizeMs)
       const previousCount = previous === undefined ? 0 : total(previous)
       let slot = stored.nodes.get(batch.nodeId)
+      let refused = false
       if (!learning && (slot === undefined || batch.seq > slot.seq)) {
         if (slot === undefined) {
           slot = { count: 0, seq: batch.seq }
@@ -206,6 +207,10 @@ export class MemoryStrategy implements Strategy {
           const share = Math.floor((room - Math.max(0, need)) / (4 * nodes))
           const raised = Math.min(g.target, Math.max(slot.count, g.minimum + share))
           if (raised > slot.count) setCount(stored, slot, raised)
+        } else {
+          refused = true
+          // the denied hits count, as the process counts them (countDenied)
+          if (g.countRefused === true && g.minimum > slot.count) setCount(stored, slot, g.minimum)
         }
       }
       grants.push({
@@ -213,6 +218,7 @@ export class MemoryStrategy implements Strategy {
         previousCount,
         previousOwn: previous?.nodes.get(batch.nodeId)?.count ?? 0,
         nodes: stored.nodes.size,
+        ...(refused ? { refused } : {}),
       })
     }
     if (this.loseReplies > 0) {

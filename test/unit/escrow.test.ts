@@ -126,6 +126,41 @@ describe('escrow', () => {
     }
   })
 
+  it('counts a hit the store refused in the store at once (countDenied), so another process sees the penalty before any sync', async () => {
+    const f = await fleet(2, 4)
+    try {
+      const [a, b] = f.processes as [Fleet['processes'][number], Fleet['processes'][number]]
+      for (let i = 0; i < 4; i++) assert.equal((await hit(a.limiter, 'k')).allowed, true)
+      const now = f.clock.now()
+      const stored = async () => (await f.store.getWindow('k', 'default', now - (now % (SIZE_S * 1000)), SIZE_S * 1000)).count
+      const before = await stored()
+      // b's grant is refused: the store counts the denied hit in the same call, no sync between
+      assert.equal((await hit(b.limiter, 'k')).allowed, false)
+      assert.equal(await stored(), before + 1, 'the refused hit is in the store')
+      // and b's own count agrees, so its next sync has nothing of it to write
+      const calls = f.store.calls.escrow
+      await f.tick()
+      assert.equal(await stored(), before + 1, 'not counted twice by the syncs')
+      assert.ok(f.store.calls.escrow - calls <= 2)
+      // without countDenied the refused hit counts nowhere
+      const g = await fleet(2, 4, {}, true)
+      try {
+        const [c, d] = g.processes as [Fleet['processes'][number], Fleet['processes'][number]]
+        const lenient = d.rl.limiter({ limits: [{ limit: 4, window: SIZE_S }], countDenied: false })
+        for (let i = 0; i < 4; i++) assert.equal((await hit(c.limiter, 'k')).allowed, true)
+        const t = g.clock.now()
+        const read = async () => (await g.store.getWindow('k', 'default', t - (t % (SIZE_S * 1000)), SIZE_S * 1000)).count
+        assert.equal((await hit(lenient, 'k')).allowed, false)
+        await g.tick()
+        assert.equal(await read(), 4)
+      } finally {
+        await g.close()
+      }
+    } finally {
+      await f.close()
+    }
+  })
+
   it("gives unused budget back once the window closes: near the limit at the timer's sync, all of it at an explicit sync", async () => {
     const f = await fleet(1, 100)
     try {
@@ -233,8 +268,8 @@ describe('escrow', () => {
       /plain strategy does not serve escrow/,
     )
     assert.throws(
-      () => rl.new({ namespace: 'c', windowSizes: [1], syncRate: 1, strategy: 'postgres', escrow: true }),
-      /postgres strategy does not serve escrow/,
+      () => rl.new({ namespace: 'c', windowSizes: [1], syncRate: 1, strategy: 'memcached', escrow: true }),
+      /memcached strategy does not serve escrow/,
     )
     assert.throws(
       () => rl.new({ namespace: 'd', windowSizes: [1], syncRate: 1, strategy: store, onStoreError: 'share' }),
