@@ -42,6 +42,8 @@ export class EscrowLink {
   /** Processes of the namespace, as the store's last answer counted them (at least 1). */
   nodesSeen = 1
   private epochMs: number | undefined
+  // seq of the first call answered in the epoch held
+  private epochSeq = 0
   // no grant is asked for before this time (engine clock): the store is learning, or just failed
   private quietUntilMs = Number.NEGATIVE_INFINITY
   // send time (engine clock) of the newest call the store answered in the current epoch
@@ -116,7 +118,11 @@ export class EscrowLink {
       const table = tables[i] as EscrowTable
       const asked = pending.requests.get(table)
       if (asked === undefined) pending.requests.set(table, table.grantRequest(key, cost, limits[i] as number, nowMs, countDenied))
-      else pending.requests.set(table, { ...asked, target: asked.target + cost, minimum: asked.minimum + cost })
+      // the first hit's need stays the least of any use: the store grants as many of the others as fit
+      else {
+        const wanted = (asked.wanted ?? asked.minimum) + cost
+        pending.requests.set(table, { ...asked, target: Math.max(asked.target, wanted), wanted })
+      }
     }
     return pending.done
   }
@@ -144,7 +150,7 @@ export class EscrowLink {
     const nowMs = turn.nowMs
     this.callEscrow(seq, nowMs, [], grants).then(
       (reply) => {
-        if (!this.acceptEpoch(reply, nowMs)) return settle(LEARNING)
+        if (!this.acceptEpoch(reply, nowMs, seq)) return settle(LEARNING)
         if (reply.learning) {
           this.quietReason = new StoreError(
             'STORE_UNAVAILABLE',
@@ -192,7 +198,7 @@ export class EscrowLink {
       const seq = this.link.nextSeq()
       for (const write of writes) this.tableOf(write.windowSizeMs)?.noteSent(write.key, write.windowStartMs, write.count, seq)
       const reply = await this.callEscrow(seq, nowMs, writes, [])
-      if (!this.acceptEpoch(reply, nowMs)) continue
+      if (!this.acceptEpoch(reply, nowMs, seq)) continue
       for (const row of reply.rows) this.tableOf(row.windowSizeMs)?.applyEscrow(row, seq, nowMs)
     } while (w < windows.length)
   }
@@ -224,18 +230,23 @@ export class EscrowLink {
     return withTimeout(strategy.escrow(batch), this.options.storeTimeoutMs, strategy.name, 'escrow')
   }
 
-  // Takes the epoch a reply answers: a newer one means the store lost every reservation (every
-  // budget here is dropped, the hits written again); an older one is a reply from before that,
-  // whose rows are ignored (false). A reply renews the lease from the time its call was sent.
-  private acceptEpoch(reply: EscrowReply, sentAtMs: number): boolean {
-    if (this.epochMs !== undefined && reply.epochMs < this.epochMs) return false
-    if (this.epochMs !== undefined && reply.epochMs > this.epochMs) {
+  // Takes the epoch a reply answers. Another epoch than the one held is a new one (the store lost
+  // every reservation: every budget here is dropped, the hits written again) when its call was
+  // sent after the first call answered in the epoch held; else it is a reply from before that,
+  // whose rows are ignored (false). Epochs are compared by identity, never by value: a store
+  // that lost its data takes its new epoch from its first caller's clock, which may be behind.
+  // A reply renews the lease from the time its call was sent.
+  private acceptEpoch(reply: EscrowReply, sentAtMs: number, seq: number): boolean {
+    if (this.epochMs !== undefined && reply.epochMs !== this.epochMs) {
+      if (seq < this.epochSeq) return false
       for (const table of this.tables) table.escrowLost()
       this.contactMs = Number.NEGATIVE_INFINITY
       this.epochMs = reply.epochMs
+      this.epochSeq = seq
       this.onEpochLost()
       return true
     }
+    if (this.epochMs === undefined) this.epochSeq = seq
     this.epochMs = reply.epochMs
     if (sentAtMs > this.contactMs) this.contactMs = sentAtMs
     this.nodesSeen = Math.max(1, reply.nodes)

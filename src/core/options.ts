@@ -126,6 +126,7 @@ export function resolveNamespaceOptions(
   raw: unknown,
   knownStrategy: (name: string) => boolean,
   supportsEscrow: (name: string) => boolean = () => false,
+  escrowStores: () => readonly string[] = () => [],
 ): ResolvedNamespaceOptions {
   if (typeof raw !== 'object' || raw === null) throw invalid('options', 'an object', raw)
   const o = raw as Record<string, unknown>
@@ -209,7 +210,7 @@ export function resolveNamespaceOptions(
   if (escrow && typeof strategy === 'string' && !supportsEscrow(strategy))
     throw new ConfigError(
       'INVALID_OPTION',
-      `escrow: the ${strategy} strategy does not serve escrow namespaces (its grants must be atomic; the built-in stores that do: memory)`,
+      `escrow: the ${strategy} strategy does not serve escrow namespaces (a grant must be atomic over a key's two windows; the registered stores that do: ${escrowStores().join(', ') || 'none'})`,
     )
   const onStoreError = o.onStoreError ?? 'local'
   if (onStoreError !== 'local' && onStoreError !== 'allow' && onStoreError !== 'deny' && (onStoreError !== 'share' || !escrow))

@@ -3,7 +3,14 @@ import { ConfigError, usageRangeError, usageTypeError } from './errors.js'
 import { Limiter, type LimiterOptions } from './limiter.js'
 import { Namespace, type NamespaceStats } from './namespace.js'
 import { type NamespaceOptions, resolveNamespaceOptions } from './options.js'
-import { createStrategy, hasStrategy, strategySupportsBlocks, strategySupportsDecimals, strategySupportsEscrow } from './registry.js'
+import {
+  createStrategy,
+  hasStrategy,
+  strategySupportsBlocks,
+  strategySupportsDecimals,
+  strategySupportsEscrow,
+  escrowStrategies,
+} from './registry.js'
 
 const DEFAULT_MAX_KEYS = 1_000_000
 
@@ -41,7 +48,7 @@ export class RateLimiting {
 
   /** Defines a namespace. Throws a {@link ConfigError} naming the bad option. */
   new(options: NamespaceOptions): void {
-    const resolved = resolveNamespaceOptions(options, hasStrategy, strategySupportsEscrow)
+    const resolved = resolveNamespaceOptions(options, hasStrategy, strategySupportsEscrow, escrowStrategies)
     if (this.namespaces.has(resolved.namespace))
       throw new ConfigError('DUPLICATE_NAMESPACE', `namespace "${resolved.namespace}" is already defined in instance "${this.name}"`)
     let dict = this.dicts.get(resolved.dict)

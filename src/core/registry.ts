@@ -41,6 +41,11 @@ export function strategySupportsEscrow(name: string): boolean {
   return factories.get(name)?.info.supportsEscrow ?? false
 }
 
+/** The registered strategies that serve escrow namespaces, by name. */
+export function escrowStrategies(): string[] {
+  return [...factories].filter(([, entry]) => entry.info.supportsEscrow === true).map(([name]) => name)
+}
+
 /** Whether `name` is a registered strategy. */
 export function hasStrategy(name: string): boolean {
   return factories.has(name)

@@ -165,17 +165,25 @@ export interface Strategy {
  * A grant request of an escrow namespace (docs/ARCHITECTURE.md, "Escrow"): raise this node's
  * reservation of one key-window to at least `minimum` (the hits that ask), plus a share of what
  * is left, at most `target`, as far as `limit` allows. The store sizes the share, since it alone
- * knows the room and the processes: `floor((room − (minimum − own)) / (4 · nodes))`.
+ * knows the room and the processes: `floor((room − max(0, reach − own)) / (4 · nodes))`, `reach` as
+ * {@link GrantRequest.wanted} says.
  */
 export interface GrantRequest extends WindowRef {
   /** The most reservation this node asks to hold (cumulative in the window); a grant never lowers one. */
   readonly target: number
   /** The limit the window's sliding rate, every reservation counted, must stay within. */
   readonly limit: number
-  /** The least reservation of any use (the hits that ask): a grant that cannot reach it raises nothing (but see `countRefused`). */
+  /** The least reservation of any use (the first hit that asks): a grant that cannot reach it raises nothing (but see `countRefused`). */
   readonly minimum: number
   /**
-   * When the grant cannot reach `minimum`, raise the reservation to `minimum` all the same (never
+   * The reservation every hit that asks would use together (several hits of a key in one
+   * event-loop turn), at least `minimum`, at most `target`: the store grants as many of them as
+   * the room allows, `reach = max(minimum, min(wanted, own + room))`, then its share of the rest.
+   * Absent: `minimum`.
+   */
+  readonly wanted?: number
+  /**
+   * When the grant cannot reach `minimum`, raise the reservation to `wanted` (else `minimum`) all the same (never
    * lower it): the hits that asked are denied and count, as the namespace's `countDenied` says,
    * and the fleet sees them at once, not at this node's next sync (a client pacing its tries
    * across the processes would get past a penalty that arrives late). The row then says `refused`.

@@ -160,16 +160,19 @@ export class SyncLoop {
   }
 
   // An escrow sync: its writes (or, with none, an empty call while keys are held: the lease and
-  // the store's epoch) in one call per batch; nothing is read back.
+  // the store's epoch) in one call per batch; nothing is read back. A process holding no key
+  // still calls every half learning period, so the store counts it among the processes (the
+  // `share` policy divides the limit by them) before its first grant.
   private async escrowCycle(windows: readonly WindowPush[], nowMs: number, started: number): Promise<void> {
-    if (windows.length === 0 && this.tables.every((t) => t.size === 0)) return
+    const link = this.link.escrow as EscrowLink
+    if (windows.length === 0 && this.tables.every((t) => t.size === 0) && nowMs - this.lastSyncAtMs < link.learnMs / 2) return
     let error: StoreError | undefined
     try {
-      await (this.link.escrow as EscrowLink).sendEscrow(windows, nowMs)
+      await link.sendEscrow(windows, nowMs)
       this.syncs++
       this.lastSyncAtMs = nowMs
     } catch (err) {
-      for (const w of windows) (this.link.escrow as EscrowLink).tableOf(w.windowSizeMs)?.requeueEscrow(w.key)
+      for (const w of windows) link.tableOf(w.windowSizeMs)?.requeueEscrow(w.key)
       error = this.link.report(err)
       throw error
     } finally {

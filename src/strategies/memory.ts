@@ -202,15 +202,18 @@ export class MemoryStrategy implements Strategy {
         slot.seq = batch.seq
         const room = g.limit - (total(stored) + previousCount * previousWeight(batch.nowMs, g.windowSizeMs))
         const need = g.minimum - slot.count
+        const wanted = g.wanted ?? g.minimum
         if (need <= room) {
-          // the hits that ask, then a share of what is left: a quarter of it split over the processes
-          const share = Math.floor((room - Math.max(0, need)) / (4 * nodes))
-          const raised = Math.min(g.target, Math.max(slot.count, g.minimum + share))
+          // the hits that ask, as many as fit, then a share of what is left: a quarter of it split
+          // over the processes
+          const reach = Math.max(g.minimum, Math.min(wanted, slot.count + room))
+          const share = Math.floor((room - Math.max(0, reach - slot.count)) / (4 * nodes))
+          const raised = Math.min(g.target, Math.max(slot.count, reach + share))
           if (raised > slot.count) setCount(stored, slot, raised)
         } else {
           refused = true
           // the denied hits count, as the process counts them (countDenied)
-          if (g.countRefused === true && g.minimum > slot.count) setCount(stored, slot, g.minimum)
+          if (g.countRefused === true && wanted > slot.count) setCount(stored, slot, wanted)
         }
       }
       grants.push({
