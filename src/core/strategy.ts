@@ -178,7 +178,7 @@ export interface GrantRequest extends WindowRef {
   /**
    * The reservation every hit that asks would use together (several hits of a key in one
    * event-loop turn), at least `minimum`, at most `target`: the store grants as many of them as
-   * the room allows, `reach = max(minimum, min(wanted, own + room))`, then its share of the rest.
+   * the room allows, `reach = max(minimum, min(wanted, own + floor(room)))`, then its share of the rest.
    * Absent: `minimum`.
    */
   readonly wanted?: number

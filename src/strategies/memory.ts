@@ -206,7 +206,7 @@ export class MemoryStrategy implements Strategy {
         if (need <= room) {
           // the hits that ask, as many as fit, then a share of what is left: a quarter of it split
           // over the processes
-          const reach = Math.max(g.minimum, Math.min(wanted, slot.count + room))
+          const reach = Math.max(g.minimum, Math.min(wanted, slot.count + Math.floor(Math.max(room, 0))))
           const share = Math.floor((room - Math.max(0, reach - slot.count)) / (4 * nodes))
           const raised = Math.min(g.target, Math.max(slot.count, reach + share))
           if (raised > slot.count) setCount(stored, slot, raised)

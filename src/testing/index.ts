@@ -3,6 +3,7 @@
  * server, the same suites every built-in store passes. docs/STORES.md, "Writing a store".
  */
 export { MemoryStrategy, type MemoryStrategyOptions } from '../strategies/memory.js'
+export { type EscrowContractOptions, runEscrowContract } from './escrow-contract.js'
 export { type FaultServer, type FaultSuiteOptions, runFaultSuite } from './fault-suite.js'
 export { FaultyStrategy } from './faulty-strategy.js'
 export { readWindow } from './read-window.js'

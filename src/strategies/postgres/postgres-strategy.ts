@@ -1,11 +1,20 @@
 import pg from 'pg'
 import { ConfigError, StoreError } from '../../core/errors.js'
-import { type CounterRow, currentAndPrevious, type DiffBatch, type Strategy } from '../../core/strategy.js'
+import {
+  type CounterRow,
+  currentAndPrevious,
+  type DiffBatch,
+  type EscrowBatch,
+  type EscrowReply,
+  type Strategy,
+} from '../../core/strategy.js'
 import { BUILT_IN_STORES } from '../capabilities.js'
 import { blockedUntil, blockParams, hitReadSql, purgeBlocksSql, pushBlocksSql, pushReadSql } from './blocks.js'
+import { escrowDdl, escrowParams, escrowReply, escrowSql } from './escrow.js'
 import { HitSender, hitsSql } from './hits.js'
+import { runPurge } from './purge.js'
 import { decodeKey, encodeKey, num, type PostgresStrategyOptions, positiveInteger, type PurgeReport } from './options.js'
-import { type PgClientLike, type PgPoolLike, Sessions, type Statement } from './sessions.js'
+import { type PgPoolLike, Sessions, type Statement } from './sessions.js'
 import {
   bounded,
   ddl,
@@ -25,7 +34,6 @@ import {
 
 // Up to this many written (and refreshed) windows a push uses the statement with a cached plan.
 const SMALL_BATCH = 16
-const SQLSTATE_UNDEFINED_TABLE = '42P01'
 
 /**
  * A central store in PostgreSQL (9.5+ for ON CONFLICT; tested on 15). Each process owns its own
@@ -48,7 +56,7 @@ export class PostgresStrategy implements Strategy {
   /** Blocks are rows of the blocks table, ended ones deleted by the purge. */
   readonly supportsBlocks = BUILT_IN_STORES.postgres.supportsBlocks
   /** Statements sent, by kind, for tests and benchmarks. */
-  readonly calls = { push: 0, window: 0, page: 0, reset: 0, purge: 0 }
+  readonly calls = { push: 0, window: 0, page: 0, reset: 0, purge: 0, escrow: 0 }
   readonly names: TableNames
   private readonly pool: PgPoolLike
   private readonly ownPool: pg.Pool | undefined
@@ -71,6 +79,7 @@ export class PostgresStrategy implements Strategy {
   private readonly nextPage: Statement
   private readonly reset: Statement
   private readonly purgeBatch: Statement
+  private readonly escrowCall: Statement
   /** Per namespace: window sizes seen in pushes and when the next automatic purge is due. */
   private readonly purgeState = new Map<string, { sizes: Set<number>; dueMs: number }>()
   private readonly background = new Set<Promise<unknown>>()
@@ -134,7 +143,7 @@ export class PostgresStrategy implements Strategy {
       this.pool,
       this.name,
       this.queryTimeoutMs,
-      `${this.names.qualified} and ${this.names.blocks}`,
+      `${this.names.qualified}, ${this.names.blocks} and the escrow tables and function`,
       () => this.closed,
     )
     // Named statements are parsed once per connection; the name is unique per table (a long
@@ -170,11 +179,12 @@ export class PostgresStrategy implements Strategy {
     this.nextPage = { name: `${id}_page`, text: pageSql(this.names, true) }
     this.reset = { name: `${id}_reset`, text: resetSql(this.names) }
     this.purgeBatch = { name: `${id}_purge`, text: purgeBatchSql(this.names) }
+    this.escrowCall = { name: `${id}_escrow`, text: escrowSql(this.names) }
   }
 
   /** The DDL `migrate()` runs, for those who apply migrations with their own tool. */
   ddl(): string {
-    return ddl(this.names)
+    return `${ddl(this.names)}\n${escrowDdl(this.names)}`
   }
 
   /**
@@ -188,7 +198,7 @@ export class PostgresStrategy implements Strategy {
     try {
       await client.query('BEGIN')
       await client.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`ratelimiting:migrate:${this.names.qualified}`])
-      await client.query(ddl(this.names))
+      await client.query(this.ddl())
       await client.query('COMMIT')
     } catch (err) {
       await client.query('ROLLBACK').catch((e: Error) => {
@@ -201,8 +211,7 @@ export class PostgresStrategy implements Strategy {
   }
 
   async pushDiffs(batch: DiffBatch): Promise<CounterRow[]> {
-    if (batch.nodeId === RESET_NODE)
-      throw new StoreError('STORE_ERROR', this.name, `node id "${RESET_NODE}" is reserved for reset offsets; use another nodeId`)
+    this.checkNode(batch.nodeId)
     // without blocks and readBlocks, the statements pushes have always sent
     const blocks = batch.blocks !== undefined && batch.blocks.length > 0 ? batch.blocks : undefined
     const readBlocks = batch.readBlocks === true
@@ -231,6 +240,27 @@ export class PostgresStrategy implements Strategy {
       rows.push(readBlocks ? { ...row, blockedUntilMs: blockedUntil(r.blocked_until_ms, batch.nowMs) } : row)
     }
     return rows
+  }
+
+  /**
+   * Escrow (docs/STORES-postgres.md, "Escrow"): the batch's writes, reads and grants in one call
+   * of the escrow function `migrate()` creates (escrow.ts): one round trip.
+   */
+  async escrow(batch: EscrowBatch): Promise<EscrowReply> {
+    this.checkNode(batch.nodeId)
+    this.calls.escrow++
+    const result = await this.sessions.query('escrow', this.escrowCall, escrowParams(batch))
+    this.schedulePurge({ namespace: batch.namespace, nowMs: batch.nowMs, windows: [...batch.windows, ...batch.grants] })
+    try {
+      return escrowReply(batch, result.rows as Array<Record<string, unknown>>)
+    } catch (err) {
+      throw this.sessions.storeError('escrow', err)
+    }
+  }
+
+  private checkNode(nodeId: string): void {
+    if (nodeId === RESET_NODE)
+      throw new StoreError('STORE_ERROR', this.name, `node id "${RESET_NODE}" is reserved for reset offsets; use another nodeId`)
   }
 
   // A synchronous hit (one window written, at most one read): alone or with others (hits.ts).
@@ -294,72 +324,24 @@ export class PostgresStrategy implements Strategy {
    * Deletes the namespace's windows of `windowSizesMs` that expired at `nowMs`, and its blocks
    * that ended `graceMs` before it, in statements of at most `purgeBatchSize` rows, while holding
    * a session advisory lock: a process that finds the lock taken returns at once
-   * (`locked: false`), so one process purges at a time.
+   * (`locked: false`), so one process purges at a time (purge.ts).
    */
-  async purgeNow(namespace: string, windowSizesMs: readonly number[], nowMs: number): Promise<PurgeReport> {
-    const client = await this.sessions.checkout('purge')
-    const lockKey = `ratelimiting:purge:${this.names.qualified}:${namespace}`
-    let broken: Error | undefined
-    let locked = false
-    const report = { locked: false, deleted: 0, blocksDeleted: 0, batches: 0 }
-    try {
-      const got = await this.sessions.timed(client, 'purge', {
-        text: 'SELECT pg_try_advisory_lock(hashtextextended($1, 0)) AS locked',
-        values: [lockKey],
-      })
-      locked = (got.rows[0] as { locked: boolean } | undefined)?.locked === true
-      report.locked = locked
-      if (!locked) return report
-      for (const size of windowSizesMs) {
-        // expired when start + 2 * size + grace <= now, as in windowExpiresAtMs
-        const cutoff = nowMs - this.graceMs - 2 * size
-        report.deleted += await this.deleteBatches(client, report, this.purgeBatch, [namespace, size, cutoff])
-      }
-      // a block is kept graceMs past its end, as a window is: clocks of the fleet differ a little
-      report.blocksDeleted = await this.deleteBatches(client, report, this.purgeBlocks, [namespace, nowMs - this.graceMs]).catch(
-        (err: unknown) => {
-          // a table migrated by a version without blocks holds none; pushes with blocks say to migrate
-          if ((err as { cause?: { code?: unknown } }).cause?.code === SQLSTATE_UNDEFINED_TABLE) return 0
-          throw err
-        },
-      )
-      return report
-    } catch (err) {
-      broken = err instanceof Error ? err : new Error(String(err))
-      throw this.sessions.storeError('purge', err)
-    } finally {
-      if (locked && broken === undefined) {
-        await this.sessions
-          .timed(client, 'purge', {
-            text: 'SELECT pg_advisory_unlock(hashtextextended($1, 0))',
-            values: [lockKey],
-          })
-          .catch((err: unknown) => {
-            broken = err instanceof Error ? err : new Error(String(err))
-          })
-      }
-      // a broken session is destroyed, which also releases its advisory lock
-      client.release(broken)
-    }
-  }
-
-  // Runs a bounded DELETE (the batch size its last parameter) until one deletes less than a
-  // batch or purgeMaxBatches have run; answers the rows deleted.
-  private async deleteBatches(client: PgClientLike, report: { batches: number }, statement: Statement, values: unknown[]): Promise<number> {
-    let deleted = 0
-    for (let i = 0; i < this.purgeMaxBatches; i++) {
-      this.calls.purge++
-      report.batches++
-      const result = await this.sessions.timed(client, 'purge', {
-        name: statement.name,
-        text: statement.text,
-        values: [...values, this.purgeBatchSize],
-      })
-      const n = result.rowCount ?? 0
-      deleted += n
-      if (n < this.purgeBatchSize) break
-    }
-    return deleted
+  purgeNow(namespace: string, windowSizesMs: readonly number[], nowMs: number): Promise<PurgeReport> {
+    return runPurge(
+      this.sessions,
+      {
+        lockKey: `ratelimiting:purge:${this.names.qualified}:${namespace}`,
+        graceMs: this.graceMs,
+        batchSize: this.purgeBatchSize,
+        maxBatches: this.purgeMaxBatches,
+        windows: this.purgeBatch,
+        blocks: this.purgeBlocks,
+        onStatement: () => this.calls.purge++,
+      },
+      namespace,
+      windowSizesMs,
+      nowMs,
+    )
   }
 
   async close(): Promise<void> {
@@ -369,7 +351,7 @@ export class PostgresStrategy implements Strategy {
     await this.ownPool?.end()
   }
 
-  private schedulePurge(batch: DiffBatch): void {
+  private schedulePurge(batch: { namespace: string; nowMs: number; windows: ReadonlyArray<{ windowSizeMs: number }> }): void {
     if (this.purgeIntervalMs === 0 || this.closed) return
     let state = this.purgeState.get(batch.namespace)
     if (state === undefined) {

@@ -17,6 +17,8 @@ export interface Statement {
 }
 
 const SQLSTATE_UNDEFINED_TABLE = '42P01'
+// a function migrate() creates (escrow's) is missing: a database migrated by an earlier version
+const SQLSTATE_UNDEFINED_FUNCTION = '42883'
 // Clients given their no-op 'error' listener (see guard), shared by every strategy: several on
 // one pool add one listener per client, not one each (Node warns past 10).
 const guarded = new WeakSet<object>()
@@ -101,7 +103,7 @@ export class Sessions {
     const e = err as { code?: unknown; message?: unknown } | undefined
     const code = typeof e?.code === 'string' ? e.code : undefined
     const message = typeof e?.message === 'string' ? e.message : String(err)
-    if (code === SQLSTATE_UNDEFINED_TABLE)
+    if (code === SQLSTATE_UNDEFINED_TABLE || code === SQLSTATE_UNDEFINED_FUNCTION)
       return new StoreError('STORE_ERROR', this.strategy, `${what}: ${message} (run migrate() first: it creates ${this.tables})`, {
         cause: err,
       })
