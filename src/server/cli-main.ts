@@ -171,7 +171,9 @@ async function checkConfig(file: string, io: CliIo): Promise<number> {
     const needsStrategy = [...config.policies.values()].some((p) => p.algo === 'sliding-window-counter-algo' && p.syncRate >= 0)
     await checkStoreModules(config.store, needsStrategy)
     const domains = await loadServiceDomains(config)
-    const policies = [...config.policies.values()].map((p) => `${p.name} (${p.algo}, ${p.maxRequests} per ${p.windowSize} s)`)
+    const policies = [...config.policies.values()].map(
+      (p) => `${p.name} (${p.algo}${p.escrow ? ' + escrow' : ''}, ${p.maxRequests} per ${p.windowSize} s)`,
+    )
     const rules =
       config.gateway.envoy.domains === undefined ? '' : `; envoy rules: ${[...domains.rules()].length} in ${domains.files.length} file(s)`
     io.stdout(`${file}: ok; store ${config.store.type}; policies: ${policies.join(', ')}${rules}\n`)

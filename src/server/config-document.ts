@@ -83,13 +83,19 @@ function redact(value: Json, inStore: boolean, secret: boolean): Json {
   return out
 }
 
-function policyDocument(p: PolicyConfig, isDefault: boolean): Record<string, Json> {
+function policyDocument(p: PolicyConfig, defaults: PolicyConfig | undefined): Record<string, Json> {
+  const isDefault = defaults === undefined
+  const counter = p.algo === 'sliding-window-counter-algo'
   return {
     'use-algo': p.algo,
     'max-requests': p.maxRequests,
     'window-size': p.windowSize,
     // a named policy may set it only for the counter; the default policy carries it for those that inherit it
-    ...(isDefault || p.algo === 'sliding-window-counter-algo' ? { 'sync-rate': p.syncRate } : {}),
+    ...(isDefault || counter ? { 'sync-rate': p.syncRate } : {}),
+    // only the counter has it (a policy of another algorithm may not set it)
+    ...(counter ? { escrow: p.escrow } : {}),
+    // the default policy's is rate-limiter's, below; a named policy shows its own where it differs
+    ...(!isDefault && p.onStoreError !== defaults.onStoreError ? { 'on-store-error': p.onStoreError } : {}),
     'shadow-mode': p.shadowMode,
     'deny-list': [...p.denyList],
     'allow-list': [...p.allowList],
@@ -119,13 +125,13 @@ export function configDocument(config: ServiceConfig, inForce: InForce = {}): Re
       ...(inForce.port !== undefined ? { port: inForce.port } : {}),
     }),
     'rate-limiter': {
-      ...(limiter === undefined ? {} : policyDocument(limiter, true)),
+      ...(limiter === undefined ? {} : policyDocument(limiter, undefined)),
       'key-prefix': config.keyPrefix,
       'hash-tag': config.hashTag,
       'on-store-error': config.onStoreError,
       'overrides-refresh': config.overridesRefresh,
     },
-    policies: Object.fromEntries(named.map((p) => [p.name, policyDocument(p, false)])),
+    policies: Object.fromEntries(named.map((p) => [p.name, policyDocument(p, limiter)])),
     store: section(config.store),
     'shadow-mode': config.gateway.shadowMode,
     ...(config.gateway.grpc !== undefined

@@ -1,7 +1,7 @@
 import { dirname, isAbsolute, resolve } from 'node:path'
 import type { HeaderMode } from '../core/headers.js'
 import { type Raw, section } from './config-env.js'
-import type { AlgorithmName } from './config.js'
+import type { AlgorithmName, FailPolicy } from './config.js'
 import { type TlsConfig, tlsOf } from './config-tls.js'
 
 // The gateway sections of the config: the gRPC listener, Envoy's rate limit protocol and its
@@ -42,6 +42,10 @@ export interface EnvoyConfig {
   readonly algo: AlgorithmName
   /** Seconds between syncs of the counter algorithm's rules (> 0 periodic, 0 every hit, < 0 local only). */
   readonly syncRate: number
+  /** Counter rules that name no `escrow` (and descriptors' own limits on the counter) admit only against granted budgets. */
+  readonly escrow: boolean
+  /** What a rule's hits get when the store fails: `envoy.on-store-error`, else `rate-limiter.on-store-error`. */
+  readonly onStoreError: FailPolicy
   readonly responseHeaders: EnvoyHeaderMode
   /** A hit counted at or above this share of the limit is "near limit" in the metrics (the reference's NEAR_LIMIT_RATIO). */
   readonly nearLimitRatio: number
@@ -129,6 +133,11 @@ export function gatewayOf(
       domains: domains === undefined ? undefined : isAbsolute(domains) ? domains : resolve(base, domains),
       algo,
       syncRate,
+      escrow: (envoy.escrow as boolean | undefined) ?? false,
+      onStoreError:
+        (envoy['on-store-error'] as FailPolicy | undefined) ??
+        (section(raw, 'rate-limiter')['on-store-error'] as FailPolicy | undefined) ??
+        'error',
       responseHeaders: (envoy['response-headers'] as EnvoyHeaderMode | undefined) ?? 'off',
       nearLimitRatio: (envoy['near-limit-ratio'] as number | undefined) ?? 0.8,
       maxDescriptors: (envoy['max-descriptors'] as number | undefined) ?? 64,

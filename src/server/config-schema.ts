@@ -4,8 +4,8 @@ import { KEY_NORMALIZATIONS } from './key-normalization.js'
 export const ALGORITHMS = ['fixed-window-algo', 'sliding-window-algo', 'sliding-window-counter-algo'] as const
 /** The store types. */
 export const STORE_TYPES = ['memory', 'redis', 'postgres', 'memcached'] as const
-/** What a request gets when the store fails. */
-export const FAIL_POLICIES = ['error', 'allow', 'deny'] as const
+/** What a request gets when the store fails; `share` is for escrow policies and rules only (config.ts checks). */
+export const FAIL_POLICIES = ['error', 'allow', 'deny', 'share'] as const
 /** Header families of `rateLimitHeaders`. */
 export const HEADER_MODES = ['draft-6', 'draft-7', 'draft-8', 'draft-9', 'draft-10', 'kong'] as const
 /** pino levels. */
@@ -39,6 +39,10 @@ const policyProperties = {
   'max-requests': { type: 'integer', minimum: 1, maximum: MAX_REQUESTS_LIMIT },
   'window-size': { type: 'integer', minimum: 1, maximum: 31_536_000 },
   'sync-rate': { type: 'number', maximum: 86_400 },
+  // sliding-window-counter-algo with a periodic sync: admit only against budgets the store granted (config.ts checks)
+  escrow: { type: 'boolean' },
+  // what this policy's requests get when the store fails; the rate-limiter section's is every policy's default
+  'on-store-error': { enum: FAIL_POLICIES },
   'shadow-mode': { type: 'boolean' },
   // exact keys, IP addresses and CIDR ranges (config-lists.ts checks each); [] clears an inherited list
   'deny-list': { type: 'array', items: { type: 'string', minLength: 1 } },
@@ -106,7 +110,6 @@ export const CONFIG_SCHEMA = {
         // key in one slot
         'key-prefix': { type: 'string', pattern: '^[^{}\\s]{1,50}$' },
         'hash-tag': { type: 'boolean' },
-        'on-store-error': { enum: FAIL_POLICIES },
         // seconds between two reads of the runtime overrides' version in the store
         'overrides-refresh': { type: 'number', minimum: 0.01, maximum: 3600 },
       },
@@ -178,6 +181,9 @@ export const CONFIG_SCHEMA = {
         domains: { type: 'string', minLength: 1 },
         'use-algo': { enum: ALGORITHMS },
         'sync-rate': { type: 'number', maximum: 86_400 },
+        // the default of the counter rules (a rule's rate_limit.escrow wins) and of descriptors' own limits
+        escrow: { type: 'boolean' },
+        'on-store-error': { enum: FAIL_POLICIES },
         'response-headers': { enum: ['off', 'x-ratelimit', ...HEADER_MODES] },
         'near-limit-ratio': { type: 'number', exclusiveMinimum: 0, maximum: 1 },
         'max-descriptors': { type: 'integer', minimum: 1, maximum: 1024 },

@@ -12,6 +12,7 @@ import { overrideIssues, overridesOf } from './config-overrides.js'
 import { urlProblems } from './config-urls.js'
 import { sentinelIssues } from './config-sentinels.js'
 import { storeTlsOf, type TlsConfig, tlsOf } from './config-tls.js'
+import { envoyEscrowIssues, escrowIssues } from './config-escrow.js'
 
 export { type ConfigEnv } from './config-env.js'
 export { ConfigFileError, type ConfigIssue } from './config-issues.js'
@@ -35,7 +36,7 @@ const STORE_KEYS_USED_BY: Record<string, readonly StoreType[]> = {
   'remember-denials': ['redis'],
   tls: ['redis', 'postgres'],
 }
-/** A `rate-limiter.on-store-error` value: 503, admit, or deny when the store fails. */
+/** An `on-store-error` value: 503, admit, or deny when the store fails; `share` (escrow only): `limit / n` per process. */
 export type FailPolicy = (typeof FAIL_POLICIES)[number]
 /** A `log-level` value. */
 export type LogLevel = (typeof LOG_LEVELS)[number]
@@ -50,6 +51,13 @@ export interface PolicyConfig {
   readonly windowSize: number
   /** Seconds between syncs of the counter algorithm (> 0 periodic, 0 every hit, < 0 local only). */
   readonly syncRate: number
+  /**
+   * The counter algorithm admits only against budgets the store granted (`escrow`; docs/ARCHITECTURE.md,
+   * "Escrow"). True only on a counter policy with a periodic sync on a store that serves it.
+   */
+  readonly escrow: boolean
+  /** What a request gets when the store fails (`on-store-error`, inherited from `rate-limiter`). */
+  readonly onStoreError: FailPolicy
   /** Decided and counted as usual, but every answer allows (the denial shows in a metric and a field). */
   readonly shadowMode: boolean
   /** Keys, IP addresses and CIDR ranges always denied, uncounted (`deny-list`; inherited from `rate-limiter`). */
@@ -135,6 +143,7 @@ export interface ServiceConfig {
   readonly keyPrefix: string
   /** Wrap user ids in braces in Redis keys (a Redis Cluster hash tag): an opt-in, off by default. */
   readonly hashTag: boolean
+  /** `rate-limiter.on-store-error`: the default policy's, inherited by the named ones (each policy has its own). */
   readonly onStoreError: FailPolicy
   /** Seconds between two reads of the runtime overrides' version in the store (`rate-limiter.overrides-refresh`). */
   readonly overridesRefresh: number
@@ -185,6 +194,9 @@ function policyOf(name: string, raw: Raw, base: Omit<PolicyConfig, 'name' | 'ove
     maxRequests: (raw['max-requests'] as number | undefined) ?? base.maxRequests,
     windowSize: (raw['window-size'] as number | undefined) ?? base.windowSize,
     syncRate: (raw['sync-rate'] as number | undefined) ?? base.syncRate,
+    // inherited as written: config-escrow.ts checks it against the algorithm, the sync rate and the store
+    escrow: (raw.escrow as boolean | undefined) ?? base.escrow,
+    onStoreError: (raw['on-store-error'] as FailPolicy | undefined) ?? base.onStoreError,
     shadowMode: (raw['shadow-mode'] as boolean | undefined) ?? base.shadowMode,
     ...policyListsOf(raw, base),
     overrides: overridesOf(raw),
@@ -206,6 +218,8 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
     maxRequests: 100,
     windowSize: 60,
     syncRate: defaultSyncRate,
+    escrow: false,
+    onStoreError: 'error',
     shadowMode: false,
     denyList: [],
     allowList: [],
@@ -221,6 +235,7 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
     }
     policies.set(name, policyOf(name, value as Raw, base))
   }
+  escrowIssues(raw, policies, storeType, issues)
   for (const p of policies.values()) {
     const at = p.name === 'default' ? ['rate-limiter'] : ['policies', p.name]
     const syncExplicit = (p.name === 'default' ? limiter : section(section(raw, 'policies'), p.name))['sync-rate'] !== undefined
@@ -274,6 +289,7 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
   const normalization = (raw['key-normalization'] as KeyNormalization | undefined) ?? 'nfc'
   overrideIssues(raw, (server['max-user-id-length'] as number | undefined) ?? 256, keyNormalizer(normalization), issues)
   const gateway = gatewayOf(raw, source, storeType, defaultSyncRate, issues)
+  envoyEscrowIssues(raw, gateway.envoy, storeType, issues)
   const serverTls = tlsOf(raw, 'server', source, issues)
   const storeTls = storeTlsOf(store, storeType, source, issues)
   const requestTimeoutMs = (server['request-timeout-ms'] as number | undefined) ?? 10_000
@@ -303,7 +319,7 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
     },
     keyPrefix: (limiter['key-prefix'] as string | undefined) ?? 'rlaas:rate_limit',
     hashTag: (limiter['hash-tag'] as boolean | undefined) ?? false,
-    onStoreError: (limiter['on-store-error'] as FailPolicy | undefined) ?? 'error',
+    onStoreError: base.onStoreError,
     overridesRefresh: (limiter['overrides-refresh'] as number | undefined) ?? 1,
     policies,
     store: {
@@ -316,7 +332,10 @@ function normalize(raw: Raw, source: string, issues: Array<{ path: string[]; mes
       ...(store.servers !== undefined ? { servers: store.servers as string[] } : {}),
       ...(store.schema !== undefined ? { schema: store.schema as string } : {}),
       timeoutMs: (store['timeout-ms'] as number | undefined) ?? 1000,
-      ...(store['batch-across-slots'] === true ? { batchAcrossSlots: true } : {}),
+      // RedisStrategy's default: across slots on one server (url, sentinels), per slot on a cluster
+      ...(storeType === 'redis'
+        ? { batchAcrossSlots: (store['batch-across-slots'] as boolean | undefined) ?? store.nodes === undefined }
+        : {}),
       ...(store['remember-denials'] === false ? { rememberDenials: false } : {}),
       ...(storeTls !== undefined ? { tls: storeTls } : {}),
     },

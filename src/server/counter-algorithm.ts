@@ -19,8 +19,14 @@ export interface CounterEngineOptions {
   readonly strategy: Strategy | undefined
   /** Longest wait for one store call, ms. */
   readonly storeTimeoutMs: number
-  /** Synchronous mode: "local" decides on local counts when the store fails; "deny"/"allow" report the failure. */
+  /**
+   * Synchronous mode, and an escrow namespace that can get no grant: "local" decides on local
+   * counts when the store fails; "deny"/"allow" report the failure (the service's fail policy
+   * answers); "share" (escrow only) admits `limit / n` per process, and that decision is the answer.
+   */
   readonly onStoreError: OnStoreError
+  /** Periodic mode: admit only against budgets the store granted (docs/ARCHITECTURE.md, "Escrow"). @default false */
+  readonly escrow?: boolean
   /** Called with every store failure. */
   readonly onError: (error: Error) => void
   /** The engine's clock, epoch ms. @default the engine's cached Date.now */
@@ -37,6 +43,9 @@ export class CounterEngine {
   readonly windowSize: number
   readonly syncRate: number
   readonly storeName: string
+  readonly escrow: boolean
+  /** Whether a decision made without the store (escrow's `share`) is the answer, rather than a failure. */
+  readonly answersStoreErrors: boolean
   private closing: Promise<void> | undefined
 
   constructor(options: CounterEngineOptions) {
@@ -44,6 +53,8 @@ export class CounterEngine {
     this.windowSize = options.windowSize
     this.syncRate = options.syncRate
     this.storeName = options.syncRate < 0 || options.strategy === undefined ? 'memory' : options.strategy.name
+    this.escrow = options.escrow === true
+    this.answersStoreErrors = options.onStoreError === 'share'
     this.rl = RateLimiting.newInstance(`ratelimiting-server:${options.namespace}`)
     this.rl.new({
       namespace: options.namespace,
@@ -52,6 +63,7 @@ export class CounterEngine {
       ...(options.syncRate >= 0 ? { strategy: options.strategy } : {}),
       storeTimeoutMs: options.storeTimeoutMs,
       onStoreError: options.onStoreError,
+      ...(this.escrow ? { escrow: true } : {}),
       onError: options.onError,
       ...(options.clock !== undefined ? { clock: options.clock } : {}),
     })
@@ -80,6 +92,11 @@ export class CounterEngine {
 function resultOf(d: Decision): AlgorithmResult {
   // a synchronous namespace reports a failed store on the decision: the service's fail policy decides
   if (d.storeError !== undefined) throw d.storeError
+  return answerOf(d)
+}
+
+// The decision as the answer, a failed store included (escrow's `share` decided it without one).
+function answerOf(d: Decision): AlgorithmResult {
   return {
     allowed: d.allowed,
     count: d.rate,
@@ -108,6 +125,7 @@ export class CounterAlgorithm implements RateLimitAlgorithm {
   readonly windowMs: number
   readonly engine: CounterEngine
   private readonly limiter: Limiter
+  private readonly result: (d: Decision) => AlgorithmResult
 
   constructor(engine: CounterEngine, limit: number) {
     this.engine = engine
@@ -115,6 +133,7 @@ export class CounterAlgorithm implements RateLimitAlgorithm {
     this.limit = limit
     this.windowMs = engine.windowSize * 1000
     this.limiter = engine.limiter(limit)
+    this.result = engine.answersStoreErrors ? answerOf : resultOf
   }
 
   check(userId: string, cost = 1): MaybePromise<AlgorithmResult> {
@@ -124,14 +143,15 @@ export class CounterAlgorithm implements RateLimitAlgorithm {
       const d = this.limiter.peek(userId)
       return d instanceof Promise ? d.then(tooCostly) : tooCostly(d)
     }
+    // an escrow namespace answers a Promise when its budget must be asked for
     const d = this.limiter.hit(userId, cost)
-    return d instanceof Promise ? d.then(resultOf) : resultOf(d)
+    return d instanceof Promise ? d.then(this.result) : this.result(d)
   }
 
   peek(userId: string): MaybePromise<AlgorithmResult> {
     checkRequest(userId, 1)
     const d = this.limiter.peek(userId)
-    return d instanceof Promise ? d.then(resultOf) : resultOf(d)
+    return d instanceof Promise ? d.then(this.result) : this.result(d)
   }
 
   reset(userId: string): Promise<void> {

@@ -8,7 +8,7 @@ import type { HeaderMode } from '../core/headers.js'
 import { KeyLists } from '../core/key-lists.js'
 import { keyNormalizer } from './key-normalization.js'
 import { TokenAuth } from './auth.js'
-import type { AlgorithmName, PolicyConfig, ServiceConfig } from './config.js'
+import type { AlgorithmName, FailPolicy, PolicyConfig, ServiceConfig } from './config.js'
 import { CounterAlgorithm, CounterEngine } from './counter-algorithm.js'
 import type { DomainConfigSet } from './gateway/domains.js'
 import { EnvoyAlgorithms } from './gateway/envoy-rules.js'
@@ -26,6 +26,10 @@ export interface Policy {
   readonly algorithm: RateLimitAlgorithm
   /** The counter algorithm's engine, for the sync metrics. */
   readonly engine: CounterEngine | undefined
+  /** The counter admits only against budgets the store granted (`escrow`). */
+  readonly escrow: boolean
+  /** What a request gets when the store fails (the policy's `on-store-error`). */
+  readonly onStoreError: FailPolicy
   /** Decided and counted as usual, but answered as allowed (the policy's or the global `shadow-mode`). */
   readonly shadowMode: boolean
   /** The policy's deny and allow lists, checked before the algorithm; undefined when it has none. */
@@ -145,6 +149,8 @@ export class Runtime {
           windowSize: p.windowSize,
           algorithm,
           engine: algorithm instanceof CounterAlgorithm ? algorithm.engine : undefined,
+          escrow: p.escrow,
+          onStoreError: p.onStoreError,
           shadowMode: p.shadowMode || config.gateway.shadowMode,
           lists: KeyLists.compile(p.denyList.map(key), p.allowList.map(key), {
             deny: `${p.name}.deny-list`,
@@ -204,9 +210,11 @@ export class Runtime {
 
 function stateSignature(p: PolicyConfig, store: StoreHandle, hashTag: boolean): string {
   const sync = p.algo === 'sliding-window-counter-algo' ? p.syncRate : 0
+  // namespace options of the counter's engine: a change makes a new engine, as a new sync rate does
+  const escrow = p.escrow ? (p.onStoreError === 'share' ? 'escrow-share' : 'escrow') : ''
   // the hash tag changes the seed algorithms' Redis keys, so their counts do not carry over
   const tag = store.redis !== undefined && p.algo !== 'sliding-window-counter-algo' && hashTag
-  return JSON.stringify([p.name, p.algo, p.windowSize, sync, store.signature, tag])
+  return JSON.stringify([p.name, p.algo, p.windowSize, sync, store.signature, tag, escrow])
 }
 
 async function makeAlgorithm(p: PolicyConfig, config: ServiceConfig, store: StoreHandle, hooks: RuntimeHooks): Promise<RateLimitAlgorithm> {
@@ -239,8 +247,10 @@ async function makeAlgorithm(p: PolicyConfig, config: ServiceConfig, store: Stor
         strategy: p.syncRate < 0 ? undefined : await store.strategy(),
         storeTimeoutMs: timeoutMs,
         ...(hooks.clock !== undefined ? { clock: hooks.clock } : {}),
-        // synchronous mode: a failed store is reported on the decision, and the fail policy decides
-        onStoreError: 'deny',
+        escrow: p.escrow,
+        // a failed store (synchronous mode, or escrow without a grant) is reported on the decision,
+        // and the policy's on-store-error answers; share is decided by the engine itself
+        onStoreError: p.escrow && p.onStoreError === 'share' ? 'share' : 'deny',
         onError: (err) => hooks.onStoreError('sync', err),
       })
       return new CounterAlgorithm(engine, p.maxRequests)

@@ -238,6 +238,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
         algo: p.algo,
         limit: p.maxRequests,
         window: p.windowSize,
+        ...(p.escrow ? { escrow: true } : {}),
       })),
       auth: current.auth.enabled,
       ...(httpTls !== undefined
@@ -360,6 +361,7 @@ export async function startService(options: ServiceOptions = {}): Promise<Runnin
           algo: p.algo,
           limit: p.maxRequests,
           window: p.windowSize,
+          ...(p.escrow ? { escrow: true } : {}),
         })),
       },
       'config reloaded',

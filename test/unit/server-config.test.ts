@@ -29,6 +29,8 @@ describe('service config', () => {
       maxRequests: 100,
       windowSize: 60,
       syncRate: -1,
+      escrow: false,
+      onStoreError: 'error',
       shadowMode: false,
       denyList: [],
       allowList: [],
@@ -66,6 +68,8 @@ describe('service config', () => {
       maxRequests: 5,
       windowSize: 30,
       syncRate: 0.1,
+      escrow: false,
+      onStoreError: 'error',
       shadowMode: false,
       denyList: [],
       allowList: [],
@@ -77,6 +81,8 @@ describe('service config', () => {
       maxRequests: 10,
       windowSize: 3600,
       syncRate: 0.5,
+      escrow: false,
+      onStoreError: 'error',
       shadowMode: false,
       denyList: [],
       allowList: [],
@@ -182,7 +188,12 @@ describe('service config', () => {
   it('takes batch-across-slots for one Redis server only', () => {
     const one = parseConfig('store: { type: redis, url: "redis://127.0.0.1:6379", batch-across-slots: true }\n', 'rl.yaml')
     assert.equal(one.store.batchAcrossSlots, true)
-    assert.equal(parseConfig('store: { type: redis, url: "redis://127.0.0.1:6379" }\n', 'rl.yaml').store.batchAcrossSlots, undefined)
+    // on by default with one server, off with a cluster, and an explicit false kept
+    assert.equal(parseConfig('store: { type: redis, url: "redis://127.0.0.1:6379" }\n', 'rl.yaml').store.batchAcrossSlots, true)
+    assert.equal(parseConfig('store: { type: redis, nodes: ["127.0.0.1:7101"] }\n', 'rl.yaml').store.batchAcrossSlots, false)
+    const off = parseConfig('store: { type: redis, url: "redis://127.0.0.1:6379", batch-across-slots: false }\n', 'rl.yaml')
+    assert.equal(off.store.batchAcrossSlots, false)
+    assert.equal(parseConfig('store: { type: memory }\n', 'rl.yaml').store.batchAcrossSlots, undefined)
     assert.match(
       issuesOf('store: { type: redis, nodes: ["127.0.0.1:7101"], batch-across-slots: true }\n')[0] as string,
       /store\.batch-across-slots: is for one Redis server \(url\); a cluster needs one call per slot/,

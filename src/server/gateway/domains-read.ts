@@ -37,7 +37,7 @@ const DESCRIPTOR_KEYS = [
   'share_threshold',
   'metadata',
 ]
-const RATE_LIMIT_KEYS = ['unit', 'requests_per_unit', 'unlimited', 'name', 'replaces', 'algorithm', 'sync_rate']
+const RATE_LIMIT_KEYS = ['unit', 'requests_per_unit', 'unlimited', 'name', 'replaces', 'algorithm', 'sync_rate', 'escrow']
 const REPLACES_KEYS = ['name']
 // where each key the reference accepts belongs: it accepts any of them at any level and ignores
 // the misplaced ones, which hides a mistake such as `unit` outside `rate_limit`
@@ -57,6 +57,7 @@ export interface RawRateLimit {
   readonly replaces: readonly string[]
   readonly algorithm: RuleAlgorithm
   readonly syncRate: number | undefined
+  readonly escrow: boolean | undefined
 }
 
 /** @internal */
@@ -167,8 +168,16 @@ function readRateLimit(r: FileReader, f: Field, at: Path, defaults: DomainDefaul
       report(r, [...at, 'sync_rate'], node, `must be 0 (every hit), < 0 (local only) or at least 0.001 s, got ${n}`)
     else syncRate = n
   }
+  const escrowField = byName.get('escrow')
+  let escrow: boolean | undefined
+  if (escrowField !== undefined) {
+    escrow = boolField(r, escrowField, [...at, 'escrow'])
+    // the service checks the sync rate and the store when it loads the files (envoy-service.ts)
+    if (escrow === true && algorithm !== 'sliding-window-counter-algo' && !unlimited)
+      report(r, [...at, 'escrow'], escrowField.keyNode, `only sliding-window-counter-algo has escrow; this rule uses ${algorithm}`)
+  }
   if (unlimited)
-    for (const key of ['algorithm', 'sync_rate'] as const) {
+    for (const key of ['algorithm', 'sync_rate', 'escrow'] as const) {
       const extra = byName.get(key)
       if (extra !== undefined) report(r, [...at, key], extra.keyNode, 'has no effect on an unlimited rule (nothing is counted)')
     }
@@ -181,6 +190,7 @@ function readRateLimit(r: FileReader, f: Field, at: Path, defaults: DomainDefaul
     replaces,
     algorithm,
     syncRate,
+    escrow,
   }
 }
 

@@ -80,6 +80,11 @@ export interface DomainRule {
    * the default; set only for `sliding-window-counter-algo`.
    */
   readonly syncRate: number | undefined
+  /**
+   * Extension: `rate_limit.escrow` (admit only against budgets the store granted, as the
+   * service's `escrow`), undefined when the file gives none (then `envoy.escrow` applies).
+   */
+  readonly escrow: boolean | undefined
 }
 
 /** The rule a request's descriptor gets, and where its hits are counted and reported. */
@@ -101,6 +106,11 @@ export interface DomainMatch {
 export interface DomainEntry {
   readonly key: string
   readonly value: string
+}
+
+/** Whether a rule's counter admits only against granted budgets: its own `escrow`, else the default (`envoy.escrow`). */
+export function ruleEscrow(rule: DomainRule, defaults: { readonly escrow: boolean }): boolean {
+  return rule.algorithm === 'sliding-window-counter-algo' && (rule.escrow ?? defaults.escrow)
 }
 
 /** What a rule gets when its `rate_limit` does not choose. */
@@ -186,7 +196,8 @@ interface Origin {
  *
  * Extensions (the reference has neither): a `rate_limit` may set `algorithm` (a
  * {@link RuleAlgorithm}) and, with `sliding-window-counter-algo`, `sync_rate` (seconds: 0 syncs
- * every hit, < 0 keeps counts local, otherwise at least 0.001). Without them, `defaults` apply.
+ * every hit, < 0 keeps counts local, otherwise at least 0.001) and `escrow` (true or false).
+ * Without them, `defaults` apply (the service's `envoy` section for `escrow`).
  *
  * @example
  * const set = parseDomainFiles([{ file: 'edge.yaml', text: 'domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: { unit: second, requests_per_unit: 10 }\n' }], { algorithm: 'fixed-window-algo', syncRate: undefined })
@@ -280,6 +291,7 @@ function ruleOf(id: number, domain: string, file: string, d: RawDescriptor, stat
     metadata: d.metadata,
     algorithm: rl.algorithm,
     syncRate: rl.syncRate,
+    escrow: rl.escrow,
   })
 }
 

@@ -77,8 +77,12 @@ export interface EnvoyContext {
   readonly envoy: EnvoyConfig
   /** The global shadow mode. */
   readonly shadowMode: boolean
-  /** What a request gets when the store fails: `error` rethrows, `allow` answers OK, `deny` OVER_LIMIT. */
-  readonly onStoreError: 'error' | 'allow' | 'deny'
+  /**
+   * What a request gets when the store fails: `error` rethrows, `allow` answers OK, `deny`
+   * OVER_LIMIT; `share` is decided by the escrow rules' engines themselves (no failure reaches here
+   * but an unexpected one, which is rethrown).
+   */
+  readonly onStoreError: 'error' | 'allow' | 'deny' | 'share'
   readonly metrics: GatewayMetrics
   readonly shadowLog: ShadowLog
   readonly clock: () => number
@@ -252,7 +256,7 @@ export async function decideEnvoy(ctx: EnvoyContext, sent: EnvoyRequest): Promis
     let code: EnvoyCode
     let remaining: number
     if (r instanceof Error) {
-      if (ctx.onStoreError === 'error') throw r
+      if (ctx.onStoreError === 'error' || ctx.onStoreError === 'share') throw r
       code = ctx.onStoreError === 'allow' ? 'OK' : 'OVER_LIMIT'
       remaining = code === 'OK' ? limit.requestsPerUnit : 0
       ctx.metrics.storeFailure(req.domain, p.metricKey)

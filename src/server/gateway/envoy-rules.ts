@@ -7,7 +7,7 @@ import type { AlgorithmName, ServiceConfig } from '../config.js'
 import { CounterAlgorithm, CounterEngine } from '../counter-algorithm.js'
 import type { RuntimeHooks } from '../runtime.js'
 import type { StoreHandle } from '../stores.js'
-import { type DomainConfigSet, type DomainRule, type RateLimitUnit, UNIT_SECONDS } from './domains.js'
+import { type DomainConfigSet, type DomainRule, type RateLimitUnit, ruleEscrow, UNIT_SECONDS } from './domains.js'
 
 // The algorithms behind the rules of Envoy's domain files: one per rule, built when a config is
 // applied, and kept across reloads for rules whose algorithm, window and store did not change.
@@ -18,6 +18,8 @@ export interface LimitSpec {
   readonly requestsPerUnit: number
   readonly unit: RateLimitUnit
   readonly syncRate: number
+  /** The counter admits only against granted budgets; `share`: and decides so when no grant can be had. */
+  readonly escrow: false | 'escrow' | 'share'
 }
 
 /**
@@ -67,7 +69,7 @@ export class EnvoyAlgorithms {
       for (const rule of domains.rules()) {
         if (rule.unlimited || rule.unit === undefined || rule.requestsPerUnit === 0) continue
         const spec = specOf(rule, config)
-        const signature = JSON.stringify(['rule', rule.domain, rule.statsKey, spec.algo, spec.unit, spec.syncRate])
+        const signature = JSON.stringify(['rule', rule.domain, rule.statsKey, spec.algo, spec.unit, spec.syncRate, spec.escrow])
         const kept = keep ? previous.states.get(signature) : undefined
         let algorithm: RateLimitAlgorithm
         if (kept !== undefined) {
@@ -145,7 +147,14 @@ export class EnvoyAlgorithms {
 
   private overrideSpec(requestsPerUnit: number, unit: RateLimitUnit): LimitSpec {
     const envoy = this.config.gateway.envoy
-    return { algo: envoy.algo, requestsPerUnit, unit, syncRate: envoy.algo === 'sliding-window-counter-algo' ? envoy.syncRate : 0 }
+    const counter = envoy.algo === 'sliding-window-counter-algo'
+    return {
+      algo: envoy.algo,
+      requestsPerUnit,
+      unit,
+      syncRate: counter ? envoy.syncRate : 0,
+      escrow: counter && envoy.escrow ? escrowMode(this.config) : false,
+    }
   }
 
   /** Flushes and stops the counter engines `next` does not keep. */
@@ -185,7 +194,9 @@ export class EnvoyAlgorithms {
             strategy: spec.syncRate < 0 ? undefined : await this.store.strategy(),
             storeTimeoutMs: timeoutMs,
             ...(this.hooks.clock !== undefined ? { clock: this.hooks.clock } : {}),
-            onStoreError: 'deny',
+            escrow: spec.escrow !== false,
+            // a failure is reported on the decision and on-store-error answers; share is the engine's
+            onStoreError: spec.escrow === 'share' ? 'share' : 'deny',
             onError: (err) => this.hooks.onStoreError('sync', err),
           })
         }
@@ -204,13 +215,19 @@ function specOf(rule: DomainRule, config: ServiceConfig): LimitSpec {
     requestsPerUnit: rule.requestsPerUnit,
     unit: rule.unit as RateLimitUnit,
     syncRate: algo === 'sliding-window-counter-algo' ? (rule.syncRate ?? envoy.syncRate) : 0,
+    escrow: ruleEscrow(rule, envoy) ? escrowMode(config) : false,
   }
+}
+
+// An escrow counter's mode: whether it decides a store failure itself (on-store-error share).
+function escrowMode(config: ServiceConfig): 'escrow' | 'share' {
+  return config.gateway.envoy.onStoreError === 'share' ? 'share' : 'escrow'
 }
 
 // What identifies the counters of descriptors' own limits: every limit of one family counts in
 // one base algorithm, as the reference's cache key holds no limit; the same family on a reload keeps it.
 function overrideFamily(spec: LimitSpec): string {
-  return `${spec.algo}/${spec.unit}/${spec.syncRate}`
+  return `${spec.algo}/${spec.unit}/${spec.syncRate}${spec.escrow === false ? '' : `/${spec.escrow}`}`
 }
 
 // What identifies one limit's variant of its family's base.
@@ -218,7 +235,8 @@ function overrideId(spec: LimitSpec): string {
   return `${overrideFamily(spec)}/${spec.requestsPerUnit}`
 }
 
-// One engine per window and sync rate; its namespace starts with "~", which no policy name does.
+// One engine per window, sync rate and escrow mode (namespace options); its namespace starts with
+// "~", which no policy name does.
 function engineGroup(spec: LimitSpec): string {
-  return `~envoy-${UNIT_SECONDS[spec.unit]}s-${spec.syncRate}`
+  return `~envoy-${UNIT_SECONDS[spec.unit]}s-${spec.syncRate}${spec.escrow === false ? '' : `-${spec.escrow}`}`
 }

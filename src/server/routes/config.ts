@@ -35,6 +35,7 @@ function ruleDocument(rule: DomainRule): Json {
         requests_per_unit: rule.requestsPerUnit,
         algorithm: rule.algorithm,
         ...(rule.syncRate !== undefined ? { sync_rate: rule.syncRate } : {}),
+        ...(rule.escrow !== undefined ? { escrow: rule.escrow } : {}),
       }
   if (rule.name !== undefined) rateLimit.name = rule.name
   if (rule.replaces.length > 0) rateLimit.replaces = rule.replaces.map((name) => ({ name }))

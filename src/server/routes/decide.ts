@@ -96,7 +96,7 @@ export function createDecide(ctx: DecideContext, storeErrors: StoreErrorLog): De
   const { metrics, logger, shadowLog } = ctx
   const top = topKeysOf(metrics)
 
-  // answers a store failure as the config's on-store-error says (deny with deniedStatus)
+  // answers a store failure as the policy's on-store-error says (deny with deniedStatus)
   function failed(res: ServerResponse, runtime: Runtime, policy: Policy, err: unknown, started: number, deniedStatus: number): void {
     const seconds = (performance.now() - started) / 1000
     const tally = metrics.tally(policy)
@@ -107,8 +107,10 @@ export function createDecide(ctx: DecideContext, storeErrors: StoreErrorLog): De
       return
     }
     storeErrors.note(err, runtime, policy, 'decide')
-    const mode = runtime.config.onStoreError
-    if (mode === 'error') {
+    // the policy's own (inherited from rate-limiter); share is decided by the escrow engine, so a
+    // failure that still reaches here is answered as error
+    const mode = policy.onStoreError
+    if (mode === 'error' || mode === 'share') {
       tally.record('store_error', seconds)
       sendError(res, 503, 'store_unavailable', `the ${runtime.store.type} store did not answer: ${err.message}`, { 'retry-after': '1' })
       return

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import type { ServiceMetrics } from '../metrics.js'
+import { ruleEscrow } from '../gateway/domains.js'
 import { send } from '../http-responses.js'
 import type { RouteHandler } from '../router.js'
 import type { Runtime } from '../runtime.js'
@@ -39,6 +40,8 @@ export interface StatusBody {
       readonly windowSeconds: number
       readonly store: string
       readonly shadowMode: boolean
+      /** sliding-window-counter-algo admitting only against budgets the store granted (`escrow`). */
+      readonly escrow: boolean
       /** sliding-window-counter-algo syncing with a store: seconds since the last sync that reached it, and hits not pushed yet. */
       readonly sync: { readonly lagSeconds: number; readonly pendingHits: number } | null
     } & Outcomes
@@ -50,6 +53,8 @@ export interface StatusBody {
     readonly limit: number | null
     readonly unit: string | null
     readonly algorithm: string | null
+    /** A counter rule admitting only against granted budgets (its `escrow`, else `envoy.escrow`). */
+    readonly escrow: boolean
     readonly store: string
   }>
   readonly lastReload: ReloadAttempt | null
@@ -123,6 +128,7 @@ export function statusRoute(ctx: StatusRouteContext): RouteHandler {
         windowSeconds: p.windowSize,
         store: p.algo === 'sliding-window-counter-algo' && stats?.mode === 'local' ? 'memory' : storeType,
         shadowMode: p.shadowMode,
+        escrow: p.escrow,
         sync,
         ...outcomesOf(ctx.metrics, p),
       }
@@ -134,6 +140,7 @@ export function statusRoute(ctx: StatusRouteContext): RouteHandler {
       limit: r.unlimited ? null : r.requestsPerUnit,
       unit: r.unlimited ? null : (r.unit ?? null),
       algorithm: r.unlimited ? null : r.algorithm,
+      escrow: !r.unlimited && ruleEscrow(r, runtime.config.gateway.envoy),
       store: storeType,
     }))
     const answer = (ready: boolean, error?: string) => {
@@ -251,13 +258,13 @@ async function poll() {
     $('rates').textContent = status.policies.map((p, i) => p.name + ': ' + fmt(rates[i].allowed) + ' allowed/s, ' + fmt(rates[i].denied) + ' denied/s').join(' · ');
     rows($('policies'), status.policies, (tr, p) => {
       const i = status.policies.indexOf(p);
-      cell(tr, p.name + (p.shadowMode ? ' (shadow)' : '')); cell(tr, String(p.limit), 'n'); cell(tr, String(p.windowSeconds), 'n'); cell(tr, p.algorithm); cell(tr, p.store);
+      cell(tr, p.name + (p.shadowMode ? ' (shadow)' : '')); cell(tr, String(p.limit), 'n'); cell(tr, String(p.windowSeconds), 'n'); cell(tr, p.algorithm + (p.escrow ? ' + escrow' : '')); cell(tr, p.store);
       cell(tr, fmt(rates[i].allowed), 'n'); cell(tr, fmt(rates[i].denied), 'n' + (rates[i].denied > 0 ? ' bad' : '')); cell(tr, String(p.allowed), 'n'); cell(tr, String(p.denied), 'n');
       cell(tr, p.sync ? (p.sync.lagSeconds < 0 ? 'no sync yet' : fmt(p.sync.lagSeconds)) : '—'); cell(tr, p.sync ? String(p.sync.pendingHits) : '—', 'n');
     });
     rows($('rules'), status.rules.length ? status.rules : [null], (tr, r) => {
       if (r === null) { cell(tr, 'no Envoy domain files loaded', 'muted').colSpan = 7; return; }
-      cell(tr, r.domain); cell(tr, r.rule); cell(tr, r.name || ''); cell(tr, r.limit === null ? 'unlimited' : String(r.limit), 'n'); cell(tr, r.unit || ''); cell(tr, r.algorithm || ''); cell(tr, r.store);
+      cell(tr, r.domain); cell(tr, r.rule); cell(tr, r.name || ''); cell(tr, r.limit === null ? 'unlimited' : String(r.limit), 'n'); cell(tr, r.unit || ''); cell(tr, (r.algorithm || '') + (r.escrow ? ' + escrow' : '')); cell(tr, r.store);
     });
     const health = [['store', status.store.type], ['store ready', status.store.ready ? 'yes' : 'no: ' + (status.store.error || '')]];
     const r = status.lastReload;
