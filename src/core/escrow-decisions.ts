@@ -110,8 +110,9 @@ export abstract class EscrowDecisions extends Decisions {
         allowed = false
         break
       case 'share': {
+        // a process the store never answered does not know the fleet it would share with
         const n = ns.escrowLink.nodesSeen
-        allowed = true
+        allowed = ns.escrowLink.answered
         for (let i = 0; i < this.tables.length && allowed; i++)
           allowed = (this.tables[i] as EscrowTable).mine(key, nowMs) + cost <= (applied[i] as number) / n
         break

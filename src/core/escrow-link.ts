@@ -41,6 +41,10 @@ export class EscrowLink {
   onEpochLost: () => void = () => undefined
   /** Processes of the namespace, as the store's last answer counted them (at least 1). */
   nodesSeen = 1
+  /** Whether the store has answered this process yet (`nodesSeen` means something). */
+  get answered(): boolean {
+    return this.epochMs !== undefined
+  }
   private epochMs: number | undefined
   // seq of the first call answered in the epoch held
   private epochSeq = 0

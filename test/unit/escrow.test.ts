@@ -296,6 +296,31 @@ describe('escrow', () => {
     })
   }
 
+  it('onStoreError share: a process the store never answered denies (it does not know the fleet)', async () => {
+    const f = await fleet(2, 10, { onStoreError: 'share' })
+    try {
+      f.store.down()
+      const late = RateLimiting.newInstance('escrow-late')
+      late.new({
+        windowSizes: [SIZE_S],
+        syncRate: 1,
+        strategy: f.store,
+        escrow: true,
+        clock: f.clock.now,
+        autoSync: false,
+        onStoreError: 'share',
+        onError: () => {},
+      })
+      const d = await late.limiter({ limits: [{ limit: 10, window: SIZE_S }] }).hit('k')
+      assert.equal(d.allowed, false)
+      assert.equal(d.reason, 'store-error')
+      await late.close().catch(() => undefined)
+    } finally {
+      f.store.up()
+      await f.close()
+    }
+  })
+
   it('refuses options that cannot work, naming them', () => {
     const rl = RateLimiting.newInstance('escrow-options')
     const store = new MemoryStrategy()
