@@ -7,7 +7,7 @@
 export const BUILT_IN_STORES = {
   memory: { supportsDecimals: true, supportsBlocks: true, supportsEscrow: true },
   // counts as the shortest decimal that round-trips (String(n)), totals as doubles
-  redis: { supportsDecimals: true, supportsBlocks: true, supportsEscrow: false },
+  redis: { supportsDecimals: true, supportsBlocks: true, supportsEscrow: true },
   // counts are numeric: decimals held and summed exactly; grants by one function call (postgres/escrow.ts)
   postgres: { supportsDecimals: true, supportsBlocks: true, supportsEscrow: true },
   // a log of integer entries

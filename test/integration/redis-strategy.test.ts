@@ -37,8 +37,8 @@ async function deleteByPrefix(nodes: readonly Redis[], prefix: string): Promise<
 const singleUrl = await sharedRedisUrl()
 const single = new Redis(singleUrl)
 runStrategyContract({
-  name: 'redis (single node)',
-  make: () => new RedisStrategy({ client: single, prefix: `${runPrefix}-single` }),
+  name: 'redis (single node, one call per slot: batchAcrossSlots false)',
+  make: () => new RedisStrategy({ client: single, prefix: `${runPrefix}-single`, batchAcrossSlots: false }),
   teardown: async () => {
     await deleteByPrefix([single], `${runPrefix}-single`)
     await single.quit()
@@ -47,8 +47,8 @@ runStrategyContract({
 
 const singleAcross = new Redis(singleUrl)
 runStrategyContract({
-  name: 'redis (single node, batchAcrossSlots)',
-  make: () => new RedisStrategy({ client: singleAcross, prefix: `${runPrefix}-across`, batchAcrossSlots: true }),
+  name: 'redis (single node, batchAcrossSlots: the default)',
+  make: () => new RedisStrategy({ client: singleAcross, prefix: `${runPrefix}-across` }),
   teardown: async () => {
     await deleteByPrefix([singleAcross], `${runPrefix}-across`)
     await singleAcross.quit()
@@ -213,7 +213,8 @@ describe('redis strategy: on a server of its own', () => {
   before(async () => {
     server = await startRedisServer()
     client = new Redis(server.url)
-    strategy = new RedisStrategy({ client, graceMs: 5000 })
+    // one call per slot, as on a cluster: the batched path has strategies of its own below
+    strategy = new RedisStrategy({ client, graceMs: 5000, batchAcrossSlots: false })
   })
   after(async () => {
     await client.quit()
@@ -435,7 +436,7 @@ describe('redis strategy: on a server of its own', () => {
     await rl.close()
   })
 
-  it('sends a sync as one script call per hash slot, or per 512 key-windows with batchAcrossSlots', async () => {
+  it('sends a sync as one script call per hash slot, or per 512 key-windows with batchAcrossSlots (the default)', async () => {
     const start = windowStartMs(nowMs(), 60_000)
     const windows = Array.from({ length: 1000 }, (_, i) => ({ key: `k${i}`, windowStartMs: start, windowSizeMs: 60_000, count: 1 }))
     const slots = new Set(windows.map((w) => keySlot(`rl:{calls:${w.key}}:60000:${start}`)))
@@ -448,7 +449,7 @@ describe('redis strategy: on a server of its own', () => {
       return Number(/cmdstat_evalsha:calls=(\d+)/.exec(stats)?.[1] ?? 0) + Number(/cmdstat_eval:calls=(\d+)/.exec(stats)?.[1] ?? 0)
     }
     assert.equal(await scriptCalls(strategy, 'calls'), slots.size)
-    const across = new RedisStrategy({ client, batchAcrossSlots: true })
+    const across = new RedisStrategy({ client })
     assert.equal(await scriptCalls(across, 'calls-across'), 2)
   })
 

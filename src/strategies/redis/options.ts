@@ -69,11 +69,14 @@ export interface RedisStrategyOptions {
   /** COUNT hint of each SCAN step in `getCounters` and `purge`. @default 1000 */
   readonly scanCount?: number
   /**
-   * For a single, unsharded Redis server only: send a sync as script calls of up to 512
-   * key-windows whatever their hash slots, instead of one call per slot. Fewer commands per sync
-   * (2 instead of about 1,000 for 1,000 keys); refused with a cluster client, and a sharding
-   * proxy (Redis Enterprise, Envoy, serverless offerings) would answer CROSSSLOT.
-   * @default false
+   * Send a sync as script calls of up to 512 key-windows whatever their hash slots, instead of
+   * one call per slot: 2 calls instead of about 1,000 for 1,000 keys. On by default with a client
+   * that is not a cluster (one server, a Sentinel-managed master, the client made from `url`):
+   * with many keys each hit about once a sync, one call per slot cost 4.4 script calls per
+   * decision (docs/BENCHMARKS-gateway.md). Off, and refused when asked for, with a cluster
+   * client (every call must stay in one slot). Set `false` behind a sharding proxy (Redis
+   * Enterprise, Envoy, serverless offerings), which answers a call across slots with CROSSSLOT.
+   * @default true without a cluster client, false with one
    */
   readonly batchAcrossSlots?: boolean
   /**
@@ -108,7 +111,7 @@ export function resolveRedisOptions(options: RedisStrategyOptions): ResolvedRedi
   let resolvedClient: RedisClientLike | SupportedRedisClient
   let ownsClient: boolean
   if (typeof options !== 'object' || options === null) throw new ConfigError('INVALID_OPTION', 'redis: options must be an object')
-  const { client, url, prefix = 'rl', graceMs = 10_000, scanCount = 1000, batchAcrossSlots = false } = options
+  const { client, url, prefix = 'rl', graceMs = 10_000, scanCount = 1000, batchAcrossSlots } = options
   if (client !== undefined && url !== undefined) throw new ConfigError('INVALID_OPTION', 'redis: give either client or url, not both')
   const sentinels = checkSentinelOptions(options)
   const tls = options.tls
@@ -126,7 +129,7 @@ export function resolveRedisOptions(options: RedisStrategyOptions): ResolvedRedi
     throw new ConfigError('INVALID_OPTION', `redis: graceMs must be a finite number >= 0, got ${String(graceMs)}`)
   if (!isPositiveInteger(scanCount))
     throw new ConfigError('INVALID_OPTION', `redis: scanCount must be a positive integer, got ${String(scanCount)}`)
-  if (typeof batchAcrossSlots !== 'boolean')
+  if (batchAcrossSlots !== undefined && typeof batchAcrossSlots !== 'boolean')
     throw new ConfigError('INVALID_OPTION', `redis: batchAcrossSlots must be a boolean, got ${String(batchAcrossSlots)}`)
   if (client !== undefined) {
     const problem = clientProblem(client)
@@ -139,7 +142,7 @@ export function resolveRedisOptions(options: RedisStrategyOptions): ResolvedRedi
         'INVALID_OPTION',
         `redis: the client has keyPrefix ${JSON.stringify(keyPrefix)}, which SCAN does not apply; use the strategy's prefix option instead`,
       )
-    if (batchAcrossSlots && redisAdapter(client).cluster)
+    if (batchAcrossSlots === true && redisAdapter(client).cluster)
       throw new ConfigError(
         'INVALID_OPTION',
         'redis: batchAcrossSlots cannot be used with a cluster client (every script call must stay in one slot)',
@@ -170,7 +173,10 @@ export function resolveRedisOptions(options: RedisStrategyOptions): ResolvedRedi
   } else {
     throw new ConfigError('INVALID_OPTION', 'redis: needs client (an ioredis, iovalkey or node-redis client or cluster), url or sentinels')
   }
-  return { client: redisAdapter(resolvedClient), ownsClient, prefix, graceMs, scanCount, chunkSize: batchAcrossSlots ? CHUNK_SIZE : 0 }
+  const adapter = redisAdapter(resolvedClient)
+  // the default follows the client the strategy talks to: the one given, or the one made above
+  const acrossSlots = batchAcrossSlots ?? !adapter.cluster
+  return { client: adapter, ownsClient, prefix, graceMs, scanCount, chunkSize: acrossSlots ? CHUNK_SIZE : 0 }
 }
 
 function clientKeyPrefix(client: object): string | undefined {

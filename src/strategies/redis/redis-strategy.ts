@@ -4,6 +4,8 @@ import {
   type CounterRow,
   currentAndPrevious,
   type DiffBatch,
+  type EscrowBatch,
+  type EscrowReply,
   type Strategy,
   type WindowPush,
   type WindowRef,
@@ -12,6 +14,7 @@ import {
 import { BUILT_IN_STORES } from '../capabilities.js'
 import { type BlockContext, pushBlocks } from './block-push.js'
 import { CallPlan, type RowRef, type ScriptCall } from './call-plan.js'
+import { RedisEscrow } from './escrow.js'
 import { encodeKey, namespaceHead, type ParsedName, windowName } from './key-names.js'
 import { keySlot } from './key-slot.js'
 import { checkCount, oneKeyArgs, oneWriteArgs, replyParts, soleKey } from './one-key.js'
@@ -60,6 +63,8 @@ export class RedisStrategy implements Strategy {
   private readonly writes: WriteHold
   // What pushBlocks (block-push.ts) calls back into.
   private readonly blockContext: BlockContext
+  // escrow namespaces (escrow.ts): their calls and the epochs seen
+  private readonly escrows: RedisEscrow
 
   constructor(options: RedisStrategyOptions) {
     const resolved = resolveRedisOptions(options)
@@ -80,6 +85,26 @@ export class RedisStrategy implements Strategy {
       desync: (what, reply) => this.desync(what, reply),
       storeError: (err) => this.storeError(err),
     }
+    this.escrows = new RedisEscrow({
+      prefix: this.prefix,
+      chunkSize: this.chunkSize,
+      graceMs: this.graceMs,
+      client: this.client,
+      head: (namespace) => this.head(namespace),
+      nonce: () => this.nonce(),
+      send: (script, numKeys, keysAndArgs, read) => this.send(script, numKeys, keysAndArgs, read),
+      desync: (what, reply) => this.desync(what, reply),
+      storeError: (err) => this.storeError(err),
+    })
+  }
+
+  /**
+   * An escrow namespace's writes, reads and grants (docs/STORES-redis.md, "Escrow"): one ESCROW
+   * script call per hash slot (or per chunk of key-windows with `batchAcrossSlots`), all sent at
+   * once, each checking its slot's epoch (the namespace's with `batchAcrossSlots`).
+   */
+  escrow(batch: EscrowBatch): Promise<EscrowReply> {
+    return this.escrows.call(batch)
   }
 
   pushDiffs(batch: DiffBatch): Promise<CounterRow[]> {
