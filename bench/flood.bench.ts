@@ -124,7 +124,7 @@ async function flood(algo: string): Promise<FloodResult> {
 }
 
 interface HeldResult {
-  /** The store's script calls: one per hash slot (the default), or `batch-across-slots`. */
+  /** The store's script calls: one per hash slot (`batch-across-slots: false`), or `batch-across-slots` (the default on one server). */
   readonly calls: string
   readonly held: number
   readonly active: number
@@ -148,7 +148,7 @@ function median(values: number[]): number {
 
 async function heldKeys(batchAcrossSlots: boolean): Promise<HeldResult> {
   const redis = await startRedisProcess()
-  const batch = batchAcrossSlots ? ', batch-across-slots: true' : ''
+  const batch = `, batch-across-slots: ${batchAcrossSlots}`
   const service = await startServiceProcess(
     `rate-limiter: { use-algo: sliding-window-counter-algo, max-requests: 100, window-size: 60, sync-rate: ${syncRate} }\nstore: { type: redis, url: "${redis.url}"${batch} }\n`,
   )
@@ -187,7 +187,7 @@ async function heldKeys(batchAcrossSlots: boolean): Promise<HeldResult> {
     const scripts =
       (callsAfter.get('evalsha') ?? 0) - (callsBefore.get('evalsha') ?? 0) + (callsAfter.get('eval') ?? 0) - (callsBefore.get('eval') ?? 0)
     return {
-      calls: batchAcrossSlots ? '`batch-across-slots`' : 'one per slot (default)',
+      calls: batchAcrossSlots ? '`batch-across-slots`' : 'one per slot',
       held,
       active,
       fillRps: fill.rps,

@@ -69,11 +69,12 @@ export interface RedisStrategyOptions {
   /** COUNT hint of each SCAN step in `getCounters` and `purge`. @default 1000 */
   readonly scanCount?: number
   /**
-   * Send a sync as script calls of up to 512 key-windows whatever their hash slots, instead of
-   * one call per slot: 2 calls instead of about 1,000 for 1,000 keys. On by default with a client
-   * that is not a cluster (one server, a Sentinel-managed master, the client made from `url`):
-   * with many keys each hit about once a sync, one call per slot cost 4.4 script calls per
-   * decision (docs/BENCHMARKS-gateway.md). Off, and refused when asked for, with a cluster
+   * Send a sync (and an escrow namespace's grants) as script calls of up to 512 key-windows
+   * whatever their hash slots, instead of one call per slot: 2 calls instead of about 1,000 for
+   * 1,000 keys. On by default with a client that is not a cluster (one server, a Sentinel-managed
+   * master, the client made from `url`): with many keys each hit about once a sync, one call per
+   * slot cost 4.45 script calls per decision, batched 0.03 (docs/BENCHMARKS-escrow.md, "Many
+   * keys"). Off, and refused when asked for, with a cluster
    * client (every call must stay in one slot). Set `false` behind a sharding proxy (Redis
    * Enterprise, Envoy, serverless offerings), which answers a call across slots with CROSSSLOT.
    * @default true without a cluster client, false with one
