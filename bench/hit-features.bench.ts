@@ -8,6 +8,7 @@
  * (limiter.ts, hitOne) is what keeps it out of that.
  *
  *   node --import tsx bench/hit-features.bench.ts             # both cases, 5 processes each, medians
+ *   node --import tsx bench/hit-features.bench.ts --no-escrow    # the others without the escrow limiter
  *   node --import tsx bench/hit-features.bench.ts --one beside   # one process, prints its figure (used by the above)
  *
  * Each case runs in a fresh process (feedback is per process), our engine compiled as published
@@ -24,7 +25,7 @@ const PROCESSES = 5
 
 type Case = 'alone' | 'beside'
 
-async function one(which: Case): Promise<number> {
+async function one(which: Case, withEscrow: boolean): Promise<number> {
   const engine = await loadOurs('build')
   const { RateLimiting, MemoryStrategy } = engine.ours
   const sink: unknown[] = new Array(1024)
@@ -60,10 +61,12 @@ async function one(which: Case): Promise<number> {
       limiterOf({ syncRate: 1, strategy: new MemoryStrategy(), autoSync: false }),
       limiterOf({}, { blockMs: 1000 }),
     ]
-    const escrow = limiterOf({ syncRate: 1, strategy: new MemoryStrategy(), autoSync: false, escrow: true })
-    await escrow.hit('hot') // the store's first call begins its epoch: hits are decided by onStoreError meanwhile
     for (const l of others) for (let r = 0; r < 3; r++) time((k) => l.hit(k))
-    for (let r = 0; r < 3; r++) time((k) => escrow.hit(k))
+    if (withEscrow) {
+      const escrow = limiterOf({ syncRate: 1, strategy: new MemoryStrategy(), autoSync: false, escrow: true })
+      await escrow.hit('hot') // the store's first call begins its epoch: hits are decided by onStoreError meanwhile
+      for (let r = 0; r < 3; r++) time((k) => escrow.hit(k))
+    }
   }
   const plain = limiterOf({})
   const figures: number[] = []
@@ -74,17 +77,24 @@ async function one(which: Case): Promise<number> {
 }
 
 const args = process.argv.slice(2)
+const withEscrow = !args.includes('--no-escrow')
 const at = args.indexOf('--one')
 if (at >= 0) {
   const which = args[at + 1]
   if (which !== 'alone' && which !== 'beside') throw new RangeError(`--one takes alone or beside, got ${String(which)}`)
-  console.log((await one(which)).toFixed(2))
+  console.log((await one(which, withEscrow)).toFixed(2))
 } else {
   const self = fileURLToPath(import.meta.url)
   const runs: Record<Case, number[]> = { alone: [], beside: [] }
   for (let p = 0; p < PROCESSES; p++)
     for (const which of ['alone', 'beside'] as const)
-      runs[which].push(Number(execFileSync(process.execPath, ['--import', 'tsx', self, '--one', which], { encoding: 'utf8' }).trim()))
+      runs[which].push(
+        Number(
+          execFileSync(process.execPath, ['--import', 'tsx', self, '--one', which, ...(withEscrow ? [] : ['--no-escrow'])], {
+            encoding: 'utf8',
+          }).trim(),
+        ),
+      )
   console.log('| `limiter.hit`, allowed, one hot key | ns per hit (median of 5 processes) | the processes |')
   console.log('| --- | ---: | --- |')
   for (const which of ['alone', 'beside'] as const)

@@ -31,42 +31,6 @@ export class Limiter extends RemoteDecisions {
     super(namespace, options)
     this.maxQueue = checkMaxQueue(options.maxQueue)
     this.lists = KeyLists.compile(options.denyList, options.allowList)
-    // The common limiter (one fixed limit, no lists, no blocking, decided here) gets a `hit` of its
-    // own, as lru-cache installs a feature's methods only when it is on: the general `hit` below
-    // sees every configuration a process makes, and its type feedback then slows them all (a
-    // plain hit in a process that also runs a listed or blocking limiter cost 45-48 ns against
-    // 32 alone; docs/BENCHMARKS.md, "Features that are off").
-    const first = this.limits[0] as Limit
-    if (
-      this.limits.length === 1 &&
-      first.perKey === undefined &&
-      this.lists === undefined &&
-      !this.blocksOnDeny &&
-      namespace.mode !== 'synchronous' &&
-      !namespace.escrow
-    ) {
-      this.one = first
-      this.hit = this.hitOne
-    }
-  }
-
-  // the one limit of a limiter whose `hit` is hitOne
-  private readonly one: Limit | undefined
-
-  // `hit` of the common limiter: what the general one does in that configuration, in one piece.
-  // A per-hit option or a namespace with blocks (another limiter's blockMs, limiter.block()) goes
-  // the general way.
-  private hitOne(key: string, cost = 1, options?: HitOptions): Decision | Promise<Decision> {
-    const ns = this.namespace
-    if (options !== undefined || ns.blocks !== undefined) return Limiter.prototype.hit.call(this, key, cost, options)
-    ns.check(key, cost)
-    if (cost < 0) throw usageRangeError('INVALID_VALUE', `cost must be >= 0, got ${cost}`)
-    const nowMs = ns.clock()
-    const l = this.one as Limit
-    const limit = l.limit
-    const rate = l.table.decide(key, cost, limit, this.countDenied, nowMs)
-    const allowed = l.table.lastAllowed
-    return this.single(l, limit, allowed, rate, nowMs, allowed ? 0 : this.retryAfter(l, limit, key, cost, nowMs))
   }
 
   /**
