@@ -26,7 +26,6 @@
  *   --rounds N, --round-ms MS, --source (src/ through tsx instead of the build's compile),
  *   --write (replaces its section of docs/BENCHMARKS-escrow.md)
  */
-import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg } from 'node:os'
 import { relative, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -37,6 +36,7 @@ import type { RedisStrategy as RedisStrategyClass } from '../src/strategies/redi
 import { startRedisServer } from '../test/support/redis-server.js'
 import { median } from './lib/harness.js'
 import { loadOurs } from './lib/load-ours.js'
+import { replaceSection } from './lib/report.js'
 
 const args = process.argv.slice(2)
 const quick = args.includes('--quick')
@@ -372,13 +372,5 @@ try {
 
 /** Replaces this bench's section of `file` (or appends it), keeping every other section. */
 function writeSection(file: string, section: string): void {
-  const current = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks: escrow\n'
-  const at = current.indexOf(`${SECTION_HEADING}\n`)
-  let next: string
-  if (at < 0) next = `${current.trimEnd()}\n\n${section.trimEnd()}\n`
-  else {
-    const end = current.indexOf('\n## ', at + SECTION_HEADING.length)
-    next = `${current.slice(0, at)}${section.trimEnd()}\n${end < 0 ? '' : current.slice(end)}`
-  }
-  writeFileSync(file, next)
+  replaceSection(file, SECTION_HEADING, section, '# Benchmarks: escrow\n')
 }

@@ -37,6 +37,7 @@ import { fileURLToPath } from 'node:url'
 import * as grpc from '@grpc/grpc-js'
 import { loadSync } from '@grpc/proto-loader'
 import { root, startRedisProcess } from './lib/service-process.js'
+import { replaceSection } from './lib/report.js'
 
 /** The cells besides the floor. */
 export const SERVICE_CELLS = [
@@ -952,15 +953,7 @@ const INTRO = [
 
 /** Replaces this benchmark's section of `file` (or appends it), keeping every other section. */
 export function writeSection(file: string, section: string): void {
-  const current = existsSync(file) ? readFileSync(file, 'utf8') : INTRO
-  const at = current.indexOf(`${SECTION_HEADING}\n`)
-  let next: string
-  if (at < 0) next = `${current.trimEnd()}\n\n${section.trimEnd()}\n`
-  else {
-    const end = current.indexOf('\n## ', at + SECTION_HEADING.length)
-    next = `${current.slice(0, at)}${section.trimEnd()}\n${end < 0 ? '' : current.slice(end)}`
-  }
-  writeFileSync(file, next)
+  replaceSection(file, SECTION_HEADING, section, INTRO)
 }
 
 function listOf<T extends string>(raw: string | undefined, allowed: readonly T[], fallback: readonly T[], name: string): readonly T[] {

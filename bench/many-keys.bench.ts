@@ -27,11 +27,11 @@
  *   --repeats N (3), --warmup S (12), --escrow-warmup S (70), --duration S (60), --write (rewrites its section of docs/BENCHMARKS-escrow.md)
  */
 import { type ChildProcess, fork } from 'node:child_process'
-import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg } from 'node:os'
 import { relative, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { Redis } from 'ioredis'
+import { replaceSection } from './lib/report.js'
 
 const PROCESSES = 4
 const KEYS = 10_000
@@ -457,15 +457,7 @@ async function main(): Promise<void> {
 
 /** Replaces this bench's section of `file` (or appends it), keeping every other section. */
 function writeSection(file: string, section: string): void {
-  const current = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks: escrow\n'
-  const at = current.indexOf(`${SECTION_HEADING}\n`)
-  let next: string
-  if (at < 0) next = `${current.trimEnd()}\n\n${section.trimEnd()}\n`
-  else {
-    const end = current.indexOf('\n## ', at + SECTION_HEADING.length)
-    next = `${current.slice(0, at)}${section.trimEnd()}\n${end < 0 ? '' : current.slice(end)}`
-  }
-  writeFileSync(file, next)
+  replaceSection(file, SECTION_HEADING, section, '# Benchmarks: escrow\n')
 }
 
 const at = process.argv.indexOf('--child')

@@ -234,3 +234,19 @@ function shortPeer(id: string): string {
       return `vs ${id}`
   }
 }
+
+/**
+ * Replaces the section of `file` that starts with the line `heading` (up to the next `## `
+ * heading), or appends it; every other section is kept. A missing file starts as `intro`.
+ */
+export function replaceSection(file: string, heading: string, section: string, intro: string): void {
+  const current = existsSync(file) ? readFileSync(file, 'utf8') : intro
+  const at = current.indexOf(`${heading}\n`)
+  let next: string
+  if (at < 0) next = `${current.trimEnd()}\n\n${section.trimEnd()}\n`
+  else {
+    const end = current.indexOf('\n## ', at + heading.length)
+    next = `${current.slice(0, at)}${section.trimEnd()}\n${end < 0 ? '' : current.slice(end)}`
+  }
+  writeFileSync(file, next)
+}
